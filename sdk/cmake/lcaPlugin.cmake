@@ -1,0 +1,47 @@
+# lca_add_plugin(NAME <name> MANIFEST <file.json> SOURCES <src...>
+#                [OUTPUT_DIR <dir>] [DATA <files...>] [LIBRARIES <targets...>])
+# Builds lib<lca_NAME>.so as a MODULE with hidden visibility (only lca_plugin_entry is exported)
+# and puts the manifest (and DATA files, under data/) beside it, in the build tree and on install.
+include_guard(GLOBAL)
+
+function(lca_add_plugin)
+  cmake_parse_arguments(P "" "NAME;MANIFEST;OUTPUT_DIR" "SOURCES;DATA;LIBRARIES" ${ARGN})
+  if(NOT P_NAME OR NOT P_MANIFEST OR NOT P_SOURCES)
+    message(FATAL_ERROR "lca_add_plugin: NAME, MANIFEST and SOURCES are required")
+  endif()
+  if(NOT P_OUTPUT_DIR)
+    if(DEFINED LCA_PLUGIN_OUTPUT_DIR)
+      set(P_OUTPUT_DIR ${LCA_PLUGIN_OUTPUT_DIR})
+    else()
+      set(P_OUTPUT_DIR ${CMAKE_BINARY_DIR}/plugins)
+    endif()
+  endif()
+  get_filename_component(manifest_abs ${P_MANIFEST} ABSOLUTE)
+  set(target lca_${P_NAME})
+  add_library(${target} MODULE ${P_SOURCES})
+  target_link_libraries(${target} PRIVATE lca::sdk ${P_LIBRARIES})
+  set_target_properties(${target} PROPERTIES
+    CXX_VISIBILITY_PRESET hidden
+    CUDA_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON
+    LIBRARY_OUTPUT_DIRECTORY ${P_OUTPUT_DIR})
+  get_filename_component(manifest_name ${manifest_abs} NAME)
+  add_custom_command(TARGET ${target} POST_BUILD
+    COMMAND ${CMAKE_COMMAND} -E copy_if_different ${manifest_abs} ${P_OUTPUT_DIR}/${manifest_name}
+    COMMENT "lca: manifest ${manifest_name} beside ${target}")
+  foreach(data_file IN LISTS P_DATA)
+    get_filename_component(data_abs ${data_file} ABSOLUTE)
+    get_filename_component(data_name ${data_abs} NAME)
+    add_custom_command(TARGET ${target} POST_BUILD
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${P_OUTPUT_DIR}/data
+      COMMAND ${CMAKE_COMMAND} -E copy_if_different ${data_abs} ${P_OUTPUT_DIR}/data/${data_name})
+  endforeach()
+  if(NOT DEFINED LCA_INSTALL_PLUGIN_DIR)
+    set(LCA_INSTALL_PLUGIN_DIR lib/lca/plugins)
+  endif()
+  install(TARGETS ${target} LIBRARY DESTINATION ${LCA_INSTALL_PLUGIN_DIR})
+  install(FILES ${manifest_abs} DESTINATION ${LCA_INSTALL_PLUGIN_DIR})
+  if(P_DATA)
+    install(FILES ${P_DATA} DESTINATION ${LCA_INSTALL_PLUGIN_DIR}/data)
+  endif()
+endfunction()

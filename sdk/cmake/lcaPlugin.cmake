@@ -21,6 +21,8 @@ function(lca_add_plugin)
   add_library(${target} MODULE ${P_SOURCES})
   target_link_libraries(${target} PRIVATE lca::sdk ${P_LIBRARIES})
   set_target_properties(${target} PROPERTIES
+    CXX_STANDARD 20
+    CXX_STANDARD_REQUIRED ON
     CXX_VISIBILITY_PRESET hidden
     CUDA_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON

@@ -1,0 +1,201 @@
+// Checking against the reference; see compare.hpp.
+#include "core/check/compare.hpp"
+
+#include <lca/types.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace lca::core {
+namespace {
+
+// A tracked device (or host) buffer that returns itself to the backend.
+class Buffer {
+ public:
+  Buffer(Backend& be, size_t bytes) : be_(be) {
+    if (be_.allocator()->alloc(be_.allocator()->ctx, bytes, &ptr_) != LCA_OK)
+      throw std::runtime_error("check: out of memory for the reference (" + std::to_string(bytes) + " bytes)");
+  }
+  ~Buffer() { be_.allocator()->free(be_.allocator()->ctx, ptr_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  Backend& be_;
+  void* ptr_ = nullptr;
+};
+
+std::vector<float> to_host_f32(Backend& be, const void* src, int64_t count, int32_t dtype) {
+  std::vector<unsigned char> raw(static_cast<size_t>(count) * lca::dtype_size(dtype));
+  be.copy_to_host(raw.data(), src, raw.size());
+  std::vector<float> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(lca::load_as_double(raw.data(), dtype, i));
+  return out;
+}
+
+// Rows [tokens, heads, d] -> the chosen heads only.
+std::vector<float> select_heads(const std::vector<float>& all, int64_t tokens, int heads, int d,
+                                const std::vector<int>& chosen) {
+  std::vector<float> out(static_cast<size_t>(tokens) * chosen.size() * d);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (size_t hi = 0; hi < chosen.size(); ++hi)
+      std::copy_n(&all[(t * heads + chosen[hi]) * d], d, &out[(t * chosen.size() + hi) * d]);
+  return out;
+}
+
+lca_tensor tensor(void* data, int32_t dtype, int64_t a, int64_t b, int64_t c) {
+  return lca_tensor{sizeof(lca_tensor), dtype, data, {a, b, c}, {b * c, c, 1}};
+}
+
+void accumulate(ErrorStats& s, double x, double ref, double& diff2, double& ref2) {
+  ++s.count;
+  if (!std::isfinite(ref)) {
+    // Rows that see nothing: LSE must be -inf (or NaN-free and very negative).
+    if (std::isnan(x) || x > -1e30) ++s.non_finite;
+    return;
+  }
+  if (!std::isfinite(x)) {
+    ++s.non_finite;
+    return;
+  }
+  diff2 += (x - ref) * (x - ref);
+  ref2 += ref * ref;
+  s.max_abs = std::max(s.max_abs, std::fabs(x - ref));
+}
+
+ErrorStats compare(const std::vector<float>& x, const std::vector<float>& ref) {
+  ErrorStats s;
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < x.size(); ++i) accumulate(s, x[i], ref[i], diff2, ref2);
+  s.rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  return s;
+}
+
+}  // namespace
+
+double default_tolerance(int32_t dtype, bool backward) {
+  switch (dtype) {
+    case LCA_DTYPE_F32: return backward ? 1e-3 : 1e-4;
+    case LCA_DTYPE_F16: return backward ? 1e-2 : 5e-3;
+    case LCA_DTYPE_BF16: return backward ? 3e-2 : 1.5e-2;
+    default: return 1e-3;
+  }
+}
+
+nlohmann::json CheckResult::to_json() const {
+  nlohmann::json j = {{"ran", ran}, {"passed", passed}, {"tolerance", tolerance}};
+  if (!note.empty()) j["note"] = note;
+  for (const auto& [name, s] : errors)
+    j["errors"][name] = {{"rel_l2", s.rel_l2}, {"max_abs", s.max_abs}, {"non_finite", s.non_finite}};
+  return j;
+}
+
+CheckResult check_cell(Backend& be, KernelInstance& reference, const lca_problem& p,
+                       const lca_mask& mask, const CellBuffers& buf, const CheckOptions& opt) {
+  CheckResult result;
+  result.ran = true;
+  result.tolerance = default_tolerance(p.dtype, opt.backward);
+  const int64_t S = p.seqlen_q, Sk = p.seqlen_k;
+  const int Hq = p.heads_q, Hkv = p.heads_kv, D = p.head_dim, G = Hq / Hkv;
+
+  // Sample whole kv groups so that dK/dV of a group see every query head that feeds them.
+  double area = 0;
+  for (int64_t i = 0; i < mask.num_slices; ++i) area += static_cast<double>(lca::slice_area(mask.slices[i]));
+  const double flops_per_group = 4.0 * area * D * G * (opt.backward ? 3.5 : 1.0);
+  int groups = std::clamp(static_cast<int>(opt.max_reference_flops / std::max(flops_per_group, 1.0)), 1, Hkv);
+  std::vector<int> kv_heads;
+  for (int i = 0; i < groups; ++i) kv_heads.push_back(static_cast<int>((static_cast<int64_t>(i) * Hkv) / groups));
+  std::vector<int> q_heads;
+  for (int kh : kv_heads)
+    for (int g = 0; g < G; ++g) q_heads.push_back(kh * G + g);
+  if (groups < Hkv) {
+    std::ostringstream os;
+    os << "checked kv groups";
+    for (int kh : kv_heads) os << " " << kh;
+    os << " of " << Hkv;
+    result.note = os.str();
+  }
+  const int hq = static_cast<int>(q_heads.size()), hkv = groups;
+
+  const auto q = select_heads(to_host_f32(be, buf.q, S * Hq * D, p.dtype), S, Hq, D, q_heads);
+  const auto k = select_heads(to_host_f32(be, buf.k, Sk * Hkv * D, p.dtype), Sk, Hkv, D, kv_heads);
+  const auto v = select_heads(to_host_f32(be, buf.v, Sk * Hkv * D, p.dtype), Sk, Hkv, D, kv_heads);
+
+  const size_t fq = q.size() * 4, fk = k.size() * 4;
+  Buffer rq(be, fq), rk(be, fk), rv(be, fk), ro(be, fq), rlse(be, static_cast<size_t>(hq) * S * 4);
+  be.copy_from_host(rq.get(), q.data(), fq);
+  be.copy_from_host(rk.get(), k.data(), fk);
+  be.copy_from_host(rv.get(), v.data(), fk);
+
+  lca_problem rp = p;
+  rp.dtype = LCA_DTYPE_F32;
+  rp.heads_q = hq;
+  rp.heads_kv = hkv;
+  const lca_exec exec{sizeof(lca_exec), be.stream(), be.allocator(), 0};
+  const auto& vt = reference.vtable();
+  lca_plan* plan = nullptr;
+  if (vt.plan(reference.get(), &rp, &mask, &exec, &plan) != LCA_OK)
+    throw std::runtime_error("reference " + reference.name() + " plan: " + vt.last_error());
+  struct PlanGuard {
+    KernelInstance& r;
+    lca_plan* p;
+    const lca_exec* e;
+    ~PlanGuard() { r.vtable().destroy_plan(r.get(), p, e); }
+  } guard{reference, plan, &exec};
+
+  lca_fwd_args fa{sizeof(lca_fwd_args),
+                  tensor(rq.get(), LCA_DTYPE_F32, S, hq, D),
+                  tensor(rk.get(), LCA_DTYPE_F32, Sk, hkv, D),
+                  tensor(rv.get(), LCA_DTYPE_F32, Sk, hkv, D),
+                  tensor(ro.get(), LCA_DTYPE_F32, S, hq, D),
+                  tensor(rlse.get(), LCA_DTYPE_F32, hq, S, 1)};
+  if (vt.forward(reference.get(), plan, &fa, &exec) != LCA_OK)
+    throw std::runtime_error("reference " + reference.name() + " forward: " + vt.last_error());
+  be.synchronize();
+
+  std::vector<float> ref_o(q.size()), ref_lse(static_cast<size_t>(hq) * S);
+  be.copy_to_host(ref_o.data(), ro.get(), fq);
+  be.copy_to_host(ref_lse.data(), rlse.get(), ref_lse.size() * 4);
+
+  const auto got_o = select_heads(to_host_f32(be, buf.o, S * Hq * D, p.dtype), S, Hq, D, q_heads);
+  std::vector<float> lse_all(static_cast<size_t>(Hq) * S), got_lse;
+  be.copy_to_host(lse_all.data(), buf.lse, lse_all.size() * 4);
+  for (int h : q_heads) got_lse.insert(got_lse.end(), lse_all.begin() + h * S, lse_all.begin() + (h + 1) * S);
+  result.errors["o"] = compare(got_o, ref_o);
+  result.errors["lse"] = compare(got_lse, ref_lse);
+
+  if (opt.backward) {
+    const auto d_o = select_heads(to_host_f32(be, buf.d_o, S * Hq * D, p.dtype), S, Hq, D, q_heads);
+    Buffer rdo(be, fq), rdq(be, fq), rdk(be, fk), rdv(be, fk);
+    be.copy_from_host(rdo.get(), d_o.data(), fq);
+    lca_bwd_args ba{sizeof(lca_bwd_args), fa.q, fa.k, fa.v, fa.o,
+                    tensor(rdo.get(), LCA_DTYPE_F32, S, hq, D), fa.lse,
+                    tensor(rdq.get(), LCA_DTYPE_F32, S, hq, D),
+                    tensor(rdk.get(), LCA_DTYPE_F32, Sk, hkv, D),
+                    tensor(rdv.get(), LCA_DTYPE_F32, Sk, hkv, D)};
+    if (vt.backward == nullptr || vt.backward(reference.get(), plan, &ba, &exec) != LCA_OK)
+      throw std::runtime_error("reference " + reference.name() + " backward: " +
+                               (vt.backward ? vt.last_error() : "no backward pass"));
+    be.synchronize();
+    std::vector<float> ref_dq(q.size()), ref_dk(k.size()), ref_dv(k.size());
+    be.copy_to_host(ref_dq.data(), rdq.get(), fq);
+    be.copy_to_host(ref_dk.data(), rdk.get(), fk);
+    be.copy_to_host(ref_dv.data(), rdv.get(), fk);
+    result.errors["dq"] = compare(select_heads(to_host_f32(be, buf.dq, S * Hq * D, p.dtype), S, Hq, D, q_heads), ref_dq);
+    result.errors["dk"] = compare(select_heads(to_host_f32(be, buf.dk, Sk * Hkv * D, p.dtype), Sk, Hkv, D, kv_heads), ref_dk);
+    result.errors["dv"] = compare(select_heads(to_host_f32(be, buf.dv, Sk * Hkv * D, p.dtype), Sk, Hkv, D, kv_heads), ref_dv);
+  }
+
+  for (const auto& [name, s] : result.errors) {
+    // LSE is fp32 in every kernel: hold it to an absolute bound instead of the dtype's.
+    const bool ok = s.non_finite == 0 &&
+                    (name == "lse" ? s.max_abs <= std::max(1e-3, result.tolerance) : s.rel_l2 <= result.tolerance);
+    if (!ok) result.passed = false;
+  }
+  return result;
+}
+
+}  // namespace lca::core

@@ -1,0 +1,161 @@
+// Matrix spec loading; see spec.hpp.
+#include "core/matrix/spec.hpp"
+
+#include <lca/types.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <stdexcept>
+
+namespace lca::core {
+namespace {
+
+[[noreturn]] void bad(const std::filesystem::path& source, const std::string& field,
+                      const std::string& why) {
+  throw std::runtime_error("matrix spec " + source.string() + ": field '" + field + "': " + why);
+}
+
+template <class T>
+std::vector<T> list_of(const nlohmann::json& doc, const char* field,
+                       const std::filesystem::path& source, std::vector<T> fallback) {
+  if (!doc.contains(field)) {
+    if (fallback.empty()) bad(source, field, "is required");
+    return fallback;
+  }
+  const auto& v = doc[field];
+  try {
+    if (!v.is_array()) return {v.get<T>()};
+    auto out = v.get<std::vector<T>>();
+    if (out.empty()) bad(source, field, "must not be empty");
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    bad(source, field, std::string("has the wrong type: ") + e.what());
+  }
+}
+
+}  // namespace
+
+const std::vector<int64_t>& MatrixSpec::seqlens_for(const std::string& device) const {
+  static const std::vector<int64_t> none;
+  if (auto it = seqlens.find(device); it != seqlens.end()) return it->second;
+  if (auto it = seqlens.find("*"); it != seqlens.end()) return it->second;
+  return none;
+}
+
+std::vector<std::filesystem::path> preset_dirs(const std::filesystem::path& plugin_dir) {
+  return {plugin_dir / "matrices", std::filesystem::path(LCA_SOURCE_DIR) / "manifests" / "matrices",
+          std::filesystem::path(LCA_INSTALL_PLUGIN_DIR) / "matrices"};
+}
+
+std::vector<std::string> preset_names(const std::filesystem::path& plugin_dir) {
+  std::set<std::string> names;
+  for (const auto& dir : preset_dirs(plugin_dir)) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) continue;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.path().extension() == ".json") names.insert(e.path().stem().string());
+  }
+  names.insert("all");
+  return {names.begin(), names.end()};
+}
+
+MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::path& source) {
+  if (!doc.is_object()) bad(source, "(top level)", "must be a JSON object");
+  static const std::set<std::string> known = {
+      "name", "description", "kernels", "masks", "seqlens", "heads", "head_dims", "dtypes",
+      "passes", "warmup", "repeats", "seed", "check", "cell_timeout_s"};
+  for (const auto& [key, value] : doc.items())
+    if (!known.count(key)) bad(source, key, "is not a known field (known: kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, repeats, seed, check, cell_timeout_s)");
+
+  MatrixSpec s;
+  s.source = source;
+  s.name = doc.value("name", source.stem().string());
+  s.kernels = list_of<std::string>(doc, "kernels", source, {"*"});
+  s.masks = list_of<std::string>(doc, "masks", source, {});
+  if (!doc.contains("seqlens")) bad(source, "seqlens", "is required");
+  if (doc["seqlens"].is_object()) {
+    for (const auto& [device, list] : doc["seqlens"].items()) {
+      if (device != "cpu" && device != "cuda" && device != "*")
+        bad(source, "seqlens." + device, "devices are cpu, cuda or *");
+      s.seqlens[device] = list_of<int64_t>(doc["seqlens"], device.c_str(), source, {});
+    }
+  } else {
+    s.seqlens["*"] = list_of<int64_t>(doc, "seqlens", source, {});
+  }
+  for (const auto& [device, list] : s.seqlens)
+    for (auto n : list)
+      if (n <= 0) bad(source, "seqlens", "lengths must be positive, found " + std::to_string(n));
+
+  for (const auto& h : list_of<std::string>(doc, "heads", source, {})) {
+    HeadConfig hc;
+    const auto colon = h.find(':');
+    try {
+      hc.heads_q = std::stoi(h.substr(0, colon));
+      hc.heads_kv = colon == std::string::npos ? hc.heads_q : std::stoi(h.substr(colon + 1));
+    } catch (const std::exception&) {
+      bad(source, "heads", "'" + h + "' is not heads_q:heads_kv (e.g. \"64:8\")");
+    }
+    if (hc.heads_q <= 0 || hc.heads_kv <= 0 || hc.heads_q % hc.heads_kv != 0)
+      bad(source, "heads", "'" + h + "': heads_q must be a positive multiple of heads_kv");
+    s.heads.push_back(hc);
+  }
+  s.head_dims = list_of<int>(doc, "head_dims", source, {});
+  for (int d : s.head_dims)
+    if (d <= 0) bad(source, "head_dims", "must be positive");
+  s.dtypes = list_of<std::string>(doc, "dtypes", source, {"bf16"});
+  for (const auto& d : s.dtypes)
+    if (lca::dtype_from_name(d) < 0 || d == "f64")
+      bad(source, "dtypes", "'" + d + "' is not one of f32, f16, bf16");
+  for (auto& d : s.dtypes) d = lca::dtype_name(lca::dtype_from_name(d));
+  s.passes = list_of<std::string>(doc, "passes", source, {"fwd"});
+  for (const auto& p : s.passes)
+    if (p != "fwd" && p != "bwd") bad(source, "passes", "'" + p + "' is not fwd or bwd");
+  s.warmup = doc.value("warmup", 1);
+  s.repeats = doc.value("repeats", 3);
+  if (s.warmup < 0) bad(source, "warmup", "must be >= 0");
+  if (s.repeats < 1) bad(source, "repeats", "must be >= 1");
+  s.seed = doc.value("seed", uint64_t{42});
+  s.check = doc.value("check", true);
+  s.cell_timeout_s = doc.value("cell_timeout_s", 0.0);
+  return s;
+}
+
+MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path& plugin_dir) {
+  std::filesystem::path file;
+  const bool looks_like_path = what.find('/') != std::string::npos ||
+                               (what.size() > 5 && what.substr(what.size() - 5) == ".json");
+  if (looks_like_path) {
+    file = what;
+    if (!std::filesystem::exists(file))
+      throw std::runtime_error("matrix file '" + what + "' does not exist");
+  } else {
+    for (const auto& dir : preset_dirs(plugin_dir)) {
+      if (std::filesystem::exists(dir / (what + ".json"))) {
+        file = dir / (what + ".json");
+        break;
+      }
+    }
+    if (file.empty()) {
+      std::string names;
+      for (const auto& n : preset_names(plugin_dir)) names += (names.empty() ? "" : ", ") + n;
+      throw std::runtime_error("unknown matrix preset '" + what + "'; presets: " + names +
+                               "; or pass a path to a JSON spec");
+    }
+  }
+  std::ifstream in(file);
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error("matrix spec " + file.string() + ": not valid JSON: " + e.what());
+  }
+  MatrixSpec spec = parse_matrix_spec(doc, file);
+  if (what == "all") {
+    spec.kernels = {"*"};
+    spec.masks = {"*"};
+  }
+  return spec;
+}
+
+}  // namespace lca::core

@@ -1,0 +1,52 @@
+// Matrix specs: which kernels, masks, lengths, head configs, dtypes and passes a run covers,
+// read from presets (manifests/matrices/*.json) or a file. Used by the runner and the CLI.
+// Rule: a spec that cannot be read is refused with one message naming the file and the field.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lca::core {
+
+struct HeadConfig {
+  int heads_q = 1;
+  int heads_kv = 1;
+  std::string label() const { return std::to_string(heads_q) + ":" + std::to_string(heads_kv); }
+};
+
+struct MatrixSpec {
+  std::string name;
+  std::filesystem::path source;        // the file it came from
+  std::vector<std::string> kernels;    // names, or {"*"} for every loaded kernel
+  std::vector<std::string> masks;      // mask specs, or {"*"} for every pattern
+  // Sequence lengths per device ("cpu", "cuda"); "*" applies to devices without their own list.
+  std::map<std::string, std::vector<int64_t>> seqlens;
+  std::vector<HeadConfig> heads;
+  std::vector<int> head_dims;
+  std::vector<std::string> dtypes;
+  std::vector<std::string> passes;     // "fwd", "bwd"
+  int warmup = 1;
+  int repeats = 3;
+  uint64_t seed = 42;
+  bool check = true;
+  double cell_timeout_s = 0;           // 0 = none (used with --isolate)
+
+  const std::vector<int64_t>& seqlens_for(const std::string& device) const;
+};
+
+// Folders searched for presets, in order: <plugins>/matrices, the source tree, the install tree.
+std::vector<std::filesystem::path> preset_dirs(const std::filesystem::path& plugin_dir);
+// Names of the presets found there.
+std::vector<std::string> preset_names(const std::filesystem::path& plugin_dir);
+
+// `what` is a preset name ("quick", "all", "paper-dense", ...) or a path to a JSON file.
+// "all" is the "all" preset with every kernel and every mask. Throws std::runtime_error.
+MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path& plugin_dir);
+MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::path& source);
+
+}  // namespace lca::core

@@ -1,0 +1,59 @@
+// Where cells execute: memory through a tracking allocator, random inputs, copies to the host,
+// and timing. The CPU backend lives in core/run; the CUDA one beside it when CUDA is built.
+// Rule: every buffer a cell uses comes from allocator(), so that peak() is the cell's exact peak.
+#pragma once
+
+#include <lca/abi.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace lca::core {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual lca_device_type type() const = 0;
+  virtual int device_index() const { return 0; }
+  virtual std::string name() const = 0;
+
+  // The tracking allocator handed to plugins (and used by the host for inputs and outputs).
+  virtual const lca_allocator* allocator() = 0;
+  virtual size_t current_bytes() const = 0;
+  virtual size_t peak_bytes() const = 0;
+  virtual void reset_peak() = 0;
+  virtual void* stream() = 0;
+
+  // Uniform in [-scale, scale], from (seed, index): the same values on every backend.
+  virtual void fill_random(void* ptr, int64_t count, int32_t dtype, uint64_t seed, float scale) = 0;
+  // Bytes 0xFF everywhere (NaN for every float type): an unwritten output shows as NaN.
+  virtual void poison(void* ptr, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  // Makes a timed repeat start from cold caches where that matters (L2 on GPUs).
+  virtual void flush_caches() {}
+
+  // Milliseconds of fn() measured on the device (events on GPUs, a steady clock on CPUs).
+  virtual double time_ms(const std::function<void()>& fn) = 0;
+};
+
+// Counter-based generator shared by all backends: value of element `index` for `seed`.
+inline float random_uniform(uint64_t seed, uint64_t index) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  // 24 random bits -> (-1, 1), never exactly 0.
+  const float u = (static_cast<float>(z >> 40) + 0.5f) / 16777216.0f;
+  return 2.0f * u - 1.0f;
+}
+
+// limit_bytes: 0 = no limit; a request beyond it is refused as out of memory.
+std::unique_ptr<Backend> make_cpu_backend(size_t limit_bytes = 0);
+// Throws std::runtime_error when CUDA is not built in or the device does not exist.
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+
+}  // namespace lca::core

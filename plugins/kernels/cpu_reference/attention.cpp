@@ -57,6 +57,21 @@ void load(const T* p, int64_t stride, int64_t n, Acc* out) {
   for (int64_t d = 0; d < n; ++d) out[d] = static_cast<Acc>(widen(p[d * stride]));
 }
 
+// The row as Acc values: the tensor's own memory when it already is Acc and contiguous,
+// otherwise converted into buf.
+template <class T, class Acc>
+const Acc* view(const T* p, int64_t stride, int64_t n, Acc* buf) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    if (stride == 1) return p;
+  }
+  if (stride == 1) {
+    for (int64_t d = 0; d < n; ++d) buf[d] = static_cast<Acc>(widen(p[d]));
+  } else {
+    load(p, stride, n, buf);
+  }
+  return buf;
+}
+
 template <class T, class Acc>
 void store(T* p, int64_t stride, int64_t n, const Acc* in, Acc factor) {
   for (int64_t d = 0; d < n; ++d) p[d * stride] = narrow<T>(static_cast<double>(in[d] * factor));
@@ -134,8 +149,7 @@ void forward_impl(const Shape& sh, const SliceIndex& index, const lca_fwd_args& 
           const int64_t c1 = std::min(k1, c0 + kChunk);
           Acc chunk_max = -std::numeric_limits<Acc>::infinity();
           for (int64_t key = c0; key < c1; ++key) {
-            load(k.row(key, hk), k.s2, D, kb);
-            const Acc s = scale * dot(qb, kb, D);
+            const Acc s = scale * dot(qb, view(k.row(key, hk), k.s2, D, kb), D);
             scores[key - c0] = s;
             chunk_max = std::max(chunk_max, s);
           }
@@ -148,8 +162,7 @@ void forward_impl(const Shape& sh, const SliceIndex& index, const lca_fwd_args& 
           for (int64_t key = c0; key < c1; ++key) {
             const Acc p = std::exp(scores[key - c0] - m);
             l += p;
-            load(v.row(key, hk), v.s2, D, kb);
-            axpy(p, kb, acc, D);
+            axpy(p, view(v.row(key, hk), v.s2, D, kb), acc, D);
           }
         }
       }
@@ -174,8 +187,7 @@ Acc row_logsumexp(const SliceIndex& index, int64_t r, const Acc* qb, const Thd<c
     int64_t k0, k1;
     slice_row_range(index.slices()[id], r, &k0, &k1);
     for (int64_t key = k0; key < k1; ++key) {
-      load(k.row(key, hk), k.s2, D, kb);
-      const Acc s = scale * dot(qb, kb, D);
+      const Acc s = scale * dot(qb, view(k.row(key, hk), k.s2, D, kb), D);
       if (s > m) {
         l = l * std::exp(m - s) + 1;
         m = s;
@@ -233,11 +245,11 @@ void backward_impl(const Shape& sh, const SliceIndex& index, const lca_bwd_args&
         int64_t k0, k1;
         slice_row_range(slices[id], r, &k0, &k1);
         for (int64_t key = k0; key < k1; ++key) {
-          load(k.row(key, hk), k.s2, D, kb);
-          load(v.row(key, hk), v.s2, D, vb);
-          const Acc p = std::exp(scale * dot(qb, kb, D) - lse_r);
-          const Acc ds = p * (dot(dob, vb, D) - delta_r);
-          axpy(ds, kb, dqb, D);
+          const Acc* kr = view(k.row(key, hk), k.s2, D, kb);
+          const Acc* vr = view(v.row(key, hk), v.s2, D, vb);
+          const Acc p = std::exp(scale * dot(qb, kr, D) - lse_r);
+          const Acc ds = p * (dot(dob, vr, D) - delta_r);
+          axpy(ds, kr, dqb, D);
         }
       }
       store(dq.row(r, h), dq.s2, D, dqb, scale);
@@ -270,12 +282,12 @@ void backward_impl(const Shape& sh, const SliceIndex& index, const lca_bwd_args&
           int64_t q0, q1;
           slice_col_range(slices[id], key, &q0, &q1);
           for (int64_t r = q0; r < q1; ++r) {
-            load(q.row(r, h), q.s2, D, qb);
-            load(d_o.row(r, h), d_o.s2, D, dob);
-            const Acc p = std::exp(scale * dot(qb, kb, D) - row_lse[h * sh.seqlen_q + r]);
-            axpy(p, dob, dvb, D);
-            const Acc ds = p * (dot(dob, vb, D) - delta[h * sh.seqlen_q + r]);
-            axpy(ds, qb, dkb, D);
+            const Acc* qr = view(q.row(r, h), q.s2, D, qb);
+            const Acc* dor = view(d_o.row(r, h), d_o.s2, D, dob);
+            const Acc p = std::exp(scale * dot(qr, kb, D) - row_lse[h * sh.seqlen_q + r]);
+            axpy(p, dor, dvb, D);
+            const Acc ds = p * (dot(dor, vb, D) - delta[h * sh.seqlen_q + r]);
+            axpy(ds, qr, dkb, D);
           }
         }
       }

@@ -1,0 +1,156 @@
+// The one engine behind the five CP strategy plugins: Ulysses head exchange (degree u) around a
+// context stage (ring, double ring or all-gather) over cp = W / u groups. A plugin derives from
+// EngineStrategy and only chooses EngineOptions from its options JSON and the world.
+// Rule: plan() is collective over the world; forward/backward must follow on every rank.
+#pragma once
+
+#include "buffers.hpp"
+#include "context_stage.hpp"
+#include "head_exchange.hpp"
+#include "layout.hpp"
+
+#include <lca/cp_strategy.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lca::cp {
+
+struct EngineOptions {
+  int head_degree = 1;  // u: Ulysses members per head group
+  bool zigzag = false;  // load-balanced chunks across context groups
+  ContextMode mode = ContextMode::ring;
+  int window = 0;       // double ring: members per inner ring (0: a single ring)
+};
+
+class EnginePlan final : public ICPPlan {
+ public:
+  KernelRef kernel;
+  Comm world, heads, context;
+  Layout layout;
+  ContextStage stage;
+  lca_problem problem{};
+  void release(const lca_exec& exec) override { stage.release(kernel, exec); }
+};
+
+inline nlohmann::json parse_options(const char* text, const char* who) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text && *text ? text : "{}");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(LCA_ERR_INVALID_ARGUMENT, std::string(who) + ": options are not valid JSON: " + e.what());
+  }
+  require(j.is_object(), LCA_ERR_INVALID_ARGUMENT, std::string(who) + ": options must be a JSON object");
+  return j;
+}
+
+class EngineStrategy : public ICPStrategy {
+ public:
+  explicit EngineStrategy(const char* name) : name_(name) {}
+
+  // Reads the options and the world (size, local size, heads) and picks the configuration.
+  virtual EngineOptions choose(const nlohmann::json& options, const Comm& world,
+                               const lca_problem& problem) = 0;
+
+  std::unique_ptr<ICPPlan> plan(const lca_cp_config& config, const lca_exec& exec) override {
+    require(config.problem && config.mask && config.world.vtable && config.kernel.vtable,
+            LCA_ERR_INVALID_ARGUMENT, name_ + ": incomplete lca_cp_config");
+    const lca_problem& p = *config.problem;
+    require(p.device_type == LCA_DEVICE_CPU, LCA_ERR_UNSUPPORTED,
+            name_ + ": CUDA problems are not supported yet (this version moves host buffers with "
+                    "memcpy; device copies on the stream come next); run with device cpu");
+    auto plan = std::make_unique<EnginePlan>();
+    plan->problem = p;
+    plan->kernel = KernelRef(config.kernel);
+    plan->world = Comm(config.world);
+    const EngineOptions opt = choose(parse_options(config.options_json, name_.c_str()), plan->world, p);
+    const int W = plan->world.size(), r = plan->world.rank();
+    try {
+      plan->layout = make_layout(W, r, opt.head_degree, opt.zigzag, p);
+    } catch (const Error& e) {
+      throw Error(e.status(), name_ + ": " + e.what());
+    }
+    const Layout& L = plan->layout;
+    // Both splits are collective on the world, in the same order everywhere.
+    plan->heads = plan->world.split(L.ctx_idx, L.head_idx);
+    plan->context = plan->world.split(L.head_idx, L.ctx_idx);
+    const std::vector<lca_slice> slices(config.mask->slices, config.mask->slices + config.mask->num_slices);
+    plan->stage.prepare(L, p, slices, opt.mode, opt.window, plan->kernel, exec);
+    return plan;
+  }
+
+  std::vector<lca_token_range> dispatch(ICPPlan& base, int rank) override {
+    auto& plan = static_cast<EnginePlan&>(base);
+    require(rank >= 0 && rank < plan.layout.world, LCA_ERR_INVALID_ARGUMENT,
+            name_ + ": dispatch of rank " + std::to_string(rank) + " outside the world");
+    return plan.layout.ranges[rank];
+  }
+
+  void forward(ICPPlan& base, const lca_fwd_args& args, const lca_exec& exec) override {
+    auto& plan = static_cast<EnginePlan&>(base);
+    const Layout& L = plan.layout;
+    const lca_problem& p = plan.problem;
+    HeadGroup hg{L, plan.heads, exec.allocator, exec.stream};
+    const int64_t N = hg.group_rows(), D = p.head_dim;
+    const size_t esz = dtype_size(p.dtype);
+    Buffer q(exec.allocator, N * L.hq_l * D * esz), k(exec.allocator, N * L.hkv_l * D * esz),
+        v(exec.allocator, N * L.hkv_l * D * esz);
+    hg.scatter(args.q, L.q_head_first, L.hq_l, q.data());
+    hg.scatter(args.k, L.kv_head_first, L.hkv_l, k.data());
+    hg.scatter(args.v, L.kv_head_first, L.hkv_l, v.data());
+    Buffer o(exec.allocator, N * L.hq_l * D * sizeof(float)), lse(exec.allocator, N * L.hq_l * sizeof(float));
+    ContextStage::Ctx c{L, plan.context, plan.kernel, exec, D, p.dtype};
+    plan.stage.forward(c, q.data(), k.data(), v.data(), o.as<float>(), lse.as<float>());
+    hg.gather(o.data(), LCA_DTYPE_F32, args.o, L.q_head_first, L.hq_l, false);
+    hg.gather_lse(lse.as<float>(), args.lse);
+  }
+
+  void backward(ICPPlan& base, const lca_bwd_args& args, const lca_exec& exec) override {
+    auto& plan = static_cast<EnginePlan&>(base);
+    const Layout& L = plan.layout;
+    const lca_problem& p = plan.problem;
+    HeadGroup hg{L, plan.heads, exec.allocator, exec.stream};
+    const int64_t N = hg.group_rows(), D = p.head_dim;
+    const size_t esz = dtype_size(p.dtype);
+    const size_t q_bytes = N * L.hq_l * D * esz, kv_bytes = N * L.hkv_l * D * esz;
+    Buffer q(exec.allocator, q_bytes), o(exec.allocator, q_bytes), d_o(exec.allocator, q_bytes),
+        k(exec.allocator, kv_bytes), v(exec.allocator, kv_bytes), lse(exec.allocator, N * L.hq_l * 4);
+    hg.scatter(args.q, L.q_head_first, L.hq_l, q.data());
+    hg.scatter(args.o, L.q_head_first, L.hq_l, o.data());
+    hg.scatter(args.d_o, L.q_head_first, L.hq_l, d_o.data());
+    hg.scatter(args.k, L.kv_head_first, L.hkv_l, k.data());
+    hg.scatter(args.v, L.kv_head_first, L.hkv_l, v.data());
+    hg.scatter_lse(args.lse, lse.as<float>());
+    Buffer dq(exec.allocator, N * L.hq_l * D * 4), dk(exec.allocator, N * L.hkv_l * D * 4),
+        dv(exec.allocator, N * L.hkv_l * D * 4);
+    ContextStage::Ctx c{L, plan.context, plan.kernel, exec, D, p.dtype};
+    plan.stage.backward(c, q.data(), k.data(), v.data(), o.data(), d_o.data(), lse.as<float>(),
+                        dq.as<float>(), dk.as<float>(), dv.as<float>());
+    hg.gather(dq.data(), LCA_DTYPE_F32, args.dq, L.q_head_first, L.hq_l, false);
+    hg.gather(dk.data(), LCA_DTYPE_F32, args.dk, L.kv_head_first, L.hkv_l, true);
+    hg.gather(dv.data(), LCA_DTYPE_F32, args.dv, L.kv_head_first, L.hkv_l, true);
+  }
+
+ protected:
+  std::string name_;
+};
+
+// Reads an integer option, refusing other types with the option's name.
+inline int int_option(const nlohmann::json& j, const char* key, int fallback) {
+  if (!j.contains(key)) return fallback;
+  require(j[key].is_number_integer(), LCA_ERR_INVALID_ARGUMENT,
+          std::string("option \"") + key + "\" must be an integer, got " + j[key].dump());
+  return j[key].get<int>();
+}
+
+inline bool bool_option(const nlohmann::json& j, const char* key, bool fallback) {
+  if (!j.contains(key)) return fallback;
+  require(j[key].is_boolean(), LCA_ERR_INVALID_ARGUMENT,
+          std::string("option \"") + key + "\" must be true or false, got " + j[key].dump());
+  return j[key].get<bool>();
+}
+
+}  // namespace lca::cp

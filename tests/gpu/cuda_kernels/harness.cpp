@@ -1,0 +1,247 @@
+// Implementation of the CUDA kernel test harness (see harness.hpp).
+#include "harness.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace lca::test::cuda {
+
+std::vector<lca_slice> mask_full(int64_t sq, int64_t sk) { return {slice(0, sq, 0, sk, LCA_SLICE_FULL)}; }
+
+std::vector<lca_slice> mask_causal(int64_t s) { return {slice(0, s, 0, s, LCA_SLICE_CAUSAL)}; }
+
+std::vector<lca_slice> mask_documents(const std::vector<int64_t>& lengths, bool causal) {
+  std::vector<lca_slice> out;
+  int64_t at = 0;
+  for (int64_t len : lengths) {
+    out.push_back(slice(at, at + len, at, at + len, causal ? LCA_SLICE_CAUSAL : LCA_SLICE_FULL));
+    at += len;
+  }
+  return out;
+}
+
+std::vector<lca_slice> mask_sliding_window(int64_t s, int64_t window) {
+  // Rows [0, w): causal. Rows [w, s): BI_CAUSAL over keys [1, s), shift w - 1, i.e. k in [q-w+1, q].
+  return {slice(0, window, 0, window, LCA_SLICE_CAUSAL), slice(window, s, 1, s, LCA_SLICE_BI_CAUSAL)};
+}
+
+std::vector<lca_slice> mask_inv_bi(int64_t sq, int64_t sk) {
+  const int64_t qh = sq / 2, kh = sk / 2;
+  return {slice(0, qh, 0, sk, LCA_SLICE_INV_CAUSAL), slice(qh, sq, kh, sk, LCA_SLICE_BI_CAUSAL),
+          slice(qh, sq, 0, kh / 3, LCA_SLICE_FULL)};
+}
+
+std::vector<lca_slice> mask_with_empty_rows(int64_t s) {
+  return {slice(40, 100, 0, 100, LCA_SLICE_CAUSAL), slice(120, s, 0, s - 7, LCA_SLICE_CAUSAL)};
+}
+
+float round_to(int32_t dtype, float v) {
+  switch (dtype) {
+    case LCA_DTYPE_BF16: return bf16_to_f32(f32_to_bf16(v));
+    case LCA_DTYPE_F16: return f16_to_f32(f32_to_f16(v));
+    default: return v;
+  }
+}
+
+Inputs make_inputs(const Problem& p, uint64_t seed) {
+  auto draw = [&](size_t n, uint64_t stream_id) {
+    std::vector<float> out(n);
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + stream_id * 0xD1B54A32D192ED03ull;
+    for (auto& x : out) {
+      z += 0x9E3779B97F4A7C15ull;
+      uint64_t m = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      m = (m ^ (m >> 27)) * 0x94D049BB133111EBull;
+      m ^= m >> 31;
+      float u = 2.0f * ((static_cast<float>(m >> 40) + 0.5f) / 16777216.0f) - 1.0f;
+      if (std::fabs(u) < 1e-3f) u = std::copysign(1e-3f, u);  // never zero, in any dtype
+      x = round_to(p.dtype, u);
+    }
+    return out;
+  };
+  Inputs in;
+  in.q = draw(size_t(p.seqlen_q) * p.heads_q * p.head_dim, 1);
+  in.k = draw(size_t(p.seqlen_k) * p.heads_kv * p.head_dim, 2);
+  in.v = draw(size_t(p.seqlen_k) * p.heads_kv * p.head_dim, 3);
+  in.d_o = draw(size_t(p.seqlen_q) * p.heads_q * p.head_dim, 4);
+  return in;
+}
+
+namespace {
+
+lca_tensor tensor(int32_t dtype, void* data, int64_t tokens, int64_t heads, int64_t dim) {
+  return lca_tensor{sizeof(lca_tensor), dtype, data, {tokens, heads, dim}, {heads * dim, dim, 1}};
+}
+
+lca_tensor lse_tensor(void* data, int64_t heads, int64_t tokens) {
+  return lca_tensor{sizeof(lca_tensor), LCA_DTYPE_F32, data, {heads, tokens, 1}, {tokens, 1, 1}};
+}
+
+lca_problem problem_of(const Problem& p, int32_t dtype, int32_t device) {
+  lca_problem pr{};
+  pr.struct_size = sizeof(lca_problem);
+  pr.dtype = dtype;
+  pr.device_type = device;
+  pr.device_index = 0;
+  pr.seqlen_q = p.seqlen_q;
+  pr.seqlen_k = p.seqlen_k;
+  pr.heads_q = p.heads_q;
+  pr.heads_kv = p.heads_kv;
+  pr.head_dim = p.head_dim;
+  pr.softmax_scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  return pr;
+}
+
+lca_mask mask_of(const Problem& p) {
+  lca_mask m{};
+  m.struct_size = sizeof(lca_mask);
+  m.seqlen_q = p.seqlen_q;
+  m.seqlen_k = p.seqlen_k;
+  m.num_slices = static_cast<int64_t>(p.slices.size());
+  m.slices = p.slices.data();
+  return m;
+}
+
+lca_status host_alloc(void*, size_t bytes, void** out) {
+  *out = bytes ? std::malloc(bytes) : nullptr;
+  return (*out != nullptr || bytes == 0) ? LCA_OK : LCA_ERR_OUT_OF_MEMORY;
+}
+void host_free(void*, void* ptr) { std::free(ptr); }
+
+// Runs create -> plan -> forward [-> backward] -> destroy on tensors the caller laid out.
+struct Call {
+  const lca_kernel_vtable& vt;
+  std::string config;
+  lca_status run(const lca_problem& pr, const lca_mask& mask, const lca_exec& exec, lca_fwd_args fwd,
+                 const lca_bwd_args* bwd, std::string* error, bool sync_stream) {
+    lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, config.c_str(),
+                       nullptr, nullptr};
+    lca_kernel* kernel = nullptr;
+    lca_status st = vt.create(&host, &kernel);
+    lca_plan* plan = nullptr;
+    if (st == LCA_OK) st = vt.plan(kernel, &pr, &mask, &exec, &plan);
+    if (st == LCA_OK) st = vt.forward(kernel, plan, &fwd, &exec);
+    if (st == LCA_OK && bwd != nullptr) st = vt.backward(kernel, plan, bwd, &exec);
+    if (st != LCA_OK) *error = vt.last_error();
+    if (sync_stream) cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream));
+    if (plan != nullptr) vt.destroy_plan(kernel, plan, &exec);
+    if (kernel != nullptr) vt.destroy(kernel);
+    return st;
+  }
+};
+
+}  // namespace
+
+Results run_cpu_reference(const Problem& p, const Inputs& in, bool backward) {
+  static PluginHandle plugin("cpu_reference");
+  Results r;
+  const lca_problem pr = problem_of(p, LCA_DTYPE_F32, LCA_DEVICE_CPU);
+  const lca_mask mask = mask_of(p);
+  lca_allocator alloc{sizeof(lca_allocator), nullptr, &host_alloc, &host_free};
+  lca_exec exec{sizeof(lca_exec), nullptr, &alloc, 0};
+  Inputs x = in;  // the plugin takes non-const pointers
+  r.o.assign(in.q.size(), NAN);
+  r.lse.assign(size_t(p.heads_q) * p.seqlen_q, NAN);
+  r.dq.assign(in.q.size(), NAN);
+  r.dk.assign(in.k.size(), NAN);
+  r.dv.assign(in.v.size(), NAN);
+  const int32_t f = LCA_DTYPE_F32;
+  lca_fwd_args fwd{sizeof(lca_fwd_args), tensor(f, x.q.data(), p.seqlen_q, p.heads_q, p.head_dim),
+                   tensor(f, x.k.data(), p.seqlen_k, p.heads_kv, p.head_dim),
+                   tensor(f, x.v.data(), p.seqlen_k, p.heads_kv, p.head_dim),
+                   tensor(f, r.o.data(), p.seqlen_q, p.heads_q, p.head_dim), lse_tensor(r.lse.data(), p.heads_q, p.seqlen_q)};
+  lca_bwd_args bwd{sizeof(lca_bwd_args), fwd.q, fwd.k, fwd.v, fwd.o,
+                   tensor(f, x.d_o.data(), p.seqlen_q, p.heads_q, p.head_dim), fwd.lse,
+                   tensor(f, r.dq.data(), p.seqlen_q, p.heads_q, p.head_dim),
+                   tensor(f, r.dk.data(), p.seqlen_k, p.heads_kv, p.head_dim),
+                   tensor(f, r.dv.data(), p.seqlen_k, p.heads_kv, p.head_dim)};
+  Call call{plugin.kernel(), R"({"accumulate":"f64"})"};
+  r.status = call.run(pr, mask, exec, fwd, backward ? &bwd : nullptr, &r.error, false);
+  return r;
+}
+
+Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in, bool backward,
+                 core::gpu::DeviceAllocator& alloc, void* stream) {
+  Results r;
+  const size_t es = dtype_size(p.dtype);
+  const size_t nq = in.q.size(), nk = in.k.size();
+  const size_t nl = size_t(p.heads_q) * p.seqlen_q;
+  std::vector<void*> bufs;
+  auto dev = [&](size_t bytes) {
+    void* ptr = nullptr;
+    if (alloc.allocate(bytes, &ptr) != LCA_OK) throw std::runtime_error("test allocation: " + alloc.last_error());
+    bufs.push_back(ptr);
+    cudaMemset(ptr, 0xFF, bytes);  // poison
+    return ptr;
+  };
+  auto upload = [&](const std::vector<float>& host) {
+    std::vector<unsigned char> raw(host.size() * es);
+    for (size_t i = 0; i < host.size(); ++i) store_from_double(raw.data(), p.dtype, int64_t(i), host[i]);
+    void* ptr = dev(raw.size());
+    cudaMemcpy(ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice);
+    return ptr;
+  };
+  auto download = [&](const void* ptr, size_t n, int32_t dtype) {
+    std::vector<unsigned char> raw(n * dtype_size(dtype));
+    cudaMemcpy(raw.data(), ptr, raw.size(), cudaMemcpyDeviceToHost);
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(load_as_double(raw.data(), dtype, int64_t(i)));
+    return out;
+  };
+  const int32_t t = p.dtype;
+  void *q = upload(in.q), *k = upload(in.k), *v = upload(in.v), *d_o = upload(in.d_o);
+  void *o = dev(nq * es), *lse = dev(nl * 4), *dq = dev(nq * es), *dk = dev(nk * es), *dv = dev(nk * es);
+  lca_fwd_args fwd{sizeof(lca_fwd_args), tensor(t, q, p.seqlen_q, p.heads_q, p.head_dim),
+                   tensor(t, k, p.seqlen_k, p.heads_kv, p.head_dim), tensor(t, v, p.seqlen_k, p.heads_kv, p.head_dim),
+                   tensor(t, o, p.seqlen_q, p.heads_q, p.head_dim), lse_tensor(lse, p.heads_q, p.seqlen_q)};
+  lca_bwd_args bwd{sizeof(lca_bwd_args), fwd.q, fwd.k, fwd.v, fwd.o, tensor(t, d_o, p.seqlen_q, p.heads_q, p.head_dim),
+                   fwd.lse, tensor(t, dq, p.seqlen_q, p.heads_q, p.head_dim),
+                   tensor(t, dk, p.seqlen_k, p.heads_kv, p.head_dim), tensor(t, dv, p.seqlen_k, p.heads_kv, p.head_dim)};
+  cudaDeviceSynchronize();
+  const lca_problem pr = problem_of(p, t, LCA_DEVICE_CUDA);
+  const lca_mask mask = mask_of(p);
+  lca_exec exec{sizeof(lca_exec), stream, alloc.abi(), 0};
+  Call call{plugin.kernel(), "{}"};
+  r.status = call.run(pr, mask, exec, fwd, backward ? &bwd : nullptr, &r.error, true);
+  if (r.status == LCA_OK) {
+    r.o = download(o, nq, t);
+    r.lse = download(lse, nl, LCA_DTYPE_F32);
+    if (backward) {
+      r.dq = download(dq, nq, t);
+      r.dk = download(dk, nk, t);
+      r.dv = download(dv, nk, t);
+    }
+  }
+  for (void* ptr : bufs) alloc.release(ptr);
+  return r;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return std::numeric_limits<double>::infinity();
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+double lse_max_abs(const std::vector<float>& a, const std::vector<float>& ref) {
+  if (a.size() != ref.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(ref[i])) return std::numeric_limits<double>::infinity();
+    if (std::isinf(ref[i]) || std::isinf(a[i])) {
+      if (a[i] != ref[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    worst = std::max(worst, std::fabs(double(a[i]) - ref[i]));
+  }
+  return worst;
+}
+
+}  // namespace lca::test::cuda

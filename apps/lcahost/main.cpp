@@ -1,2 +1,75 @@
-// placeholder, replaced by the CLI
-int main() { return 0; }
+// lcahost: the command line. Thin by design: parsing, then a call into core/.
+#include "commands.hpp"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <iostream>
+
+int main(int argc, char** argv) {
+  lca::app::Options opt;
+  CLI::App app{"lca: the long-context attention benchmark.\n"
+               "  lcahost --plugins DIR --matrix quick|all|PRESET|FILE.json   run a matrix\n"
+               "  lcahost --plugins DIR list | caps | masks                     inspect plugins"};
+  app.set_version_flag("--version", std::string("lca ") + LCA_VERSION + " (" + LCA_GIT_REVISION + ")");
+  app.add_option("--plugins", opt.plugins, "Plugin folder (default: $LCA_PLUGIN_DIR or ../plugins beside lcahost)");
+  app.add_flag("-v,--verbose", opt.verbose, "More log output (repeat for trace)");
+  app.add_flag("-q,--quiet", opt.quiet, "Only warnings and errors");
+  app.add_option("--matrix", opt.matrix, "Matrix: quick, all, a preset in <plugins>/matrices, or a JSON file");
+  app.add_option("--out", opt.out, "Results as JSON Lines (a .csv twin is written beside it)");
+  app.add_option("--resume", opt.resume, "Continue a run: skip cells already in this .jsonl and append to it");
+  app.add_flag("--isolate", opt.isolate, "Run each cell in a child process (crashes and hangs become records)");
+  app.add_option("--cell-timeout", opt.cell_timeout, "With --isolate: seconds before a cell is killed (TIMEOUT)");
+  app.add_flag("--dry-run", opt.dry_run, "Print the matrix with skip reasons; run nothing");
+  app.add_option("--device", opt.device, "GPU to use: cuda:N (default cuda:0 when a GPU is present)");
+  app.add_option("--threads", opt.threads, "Threads for CPU kernels (default: all)");
+  app.add_flag("--no-check", opt.no_check, "Skip the reference check");
+  app.add_option("--kernels", opt.kernels, "Only these kernels (comma separated)")->delimiter(',');
+  app.add_option("--masks", opt.masks, "Only these masks (comma separated specs)")->delimiter(',');
+
+  auto* list = app.add_subcommand("list", "Plugins found, with kind, version, library and status");
+  list->add_option("--format", opt.format, "table, md or json")->check(CLI::IsMember({"table", "md", "json"}));
+
+  auto* caps = app.add_subcommand("caps", "Kernel capabilities from the manifests");
+  caps->add_option("--format", opt.format, "table, md or json")->check(CLI::IsMember({"table", "md", "json"}));
+  caps->add_option("--mask", opt.caps_mask, "Only kernels that can run this mask");
+  caps->add_flag("--backward", opt.caps_backward, "Only kernels with a backward pass");
+  caps->add_option("--dtype", opt.caps_dtype, "Only kernels with this dtype");
+  caps->add_option("--device-type", opt.caps_device, "Only cpu or cuda kernels");
+  caps->add_option("--head-dim", opt.caps_head_dim, "Only kernels with this head dim");
+
+  auto* masks = app.add_subcommand("masks", "Mask patterns with their parameters; --show draws one");
+  masks->add_option("--show", opt.show_mask, "Pattern to draw");
+  masks->add_option("--seqlen", opt.show_seqlen, "Tokens for --show (default 64)");
+  masks->add_option("--param", opt.show_params, "Parameter k=v (repeatable)");
+  masks->add_option("--seed", opt.show_seed, "Seed for --show (default 42)");
+  masks->add_option("--png", opt.show_png, "Also write the mask as a PNG");
+  masks->add_option("--width", opt.show_width, "Characters across (default 64)");
+
+  auto* run_cell = app.add_subcommand("run-cell", "Internal: run one cell and print its result (used by --isolate)");
+  run_cell->group("");
+  run_cell->add_option("--cell", opt.cell_json, "The cell as JSON")->required();
+
+  app.require_subcommand(0, 1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  lca::app::configure_logging(opt);
+  opt.argv0 = argv[0];
+
+  try {
+    if (*list) return lca::app::cmd_list(opt);
+    if (*caps) return lca::app::cmd_caps(opt);
+    if (*masks) return lca::app::cmd_masks(opt);
+    if (*run_cell) return lca::app::cmd_run_cell(opt);
+    if (!opt.matrix.empty() || !opt.resume.empty()) return lca::app::cmd_run(opt);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
+  std::cout << app.help();
+  return 0;
+}

@@ -54,7 +54,10 @@ std::vector<Cell> expand_cells(const MatrixSpec& spec, const Registry& registry,
                                const MaskSource& masks, const HostDevices& devices) {
   std::vector<const PluginRecord*> kernels;
   if (std::find(spec.kernels.begin(), spec.kernels.end(), "*") != spec.kernels.end()) {
-    kernels = registry.loaded("kernel");
+    for (const auto* k : registry.loaded("kernel"))
+      if (std::find(spec.exclude_kernels.begin(), spec.exclude_kernels.end(), k->name()) ==
+          spec.exclude_kernels.end())
+        kernels.push_back(k);
   } else {
     for (const auto& name : spec.kernels) {
       const auto* rec = registry.find(name, "kernel");

@@ -63,15 +63,17 @@ std::vector<std::string> preset_names(const std::filesystem::path& plugin_dir) {
 MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::path& source) {
   if (!doc.is_object()) bad(source, "(top level)", "must be a JSON object");
   static const std::set<std::string> known = {
-      "name", "description", "kernels", "masks", "seqlens", "heads", "head_dims", "dtypes",
+      "name", "description", "kernels", "exclude_kernels", "masks", "seqlens", "heads", "head_dims", "dtypes",
       "passes", "warmup", "repeats", "seed", "check", "cell_timeout_s"};
   for (const auto& [key, value] : doc.items())
-    if (!known.count(key)) bad(source, key, "is not a known field (known: kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, repeats, seed, check, cell_timeout_s)");
+    if (!known.count(key)) bad(source, key, "is not a known field (known: kernels, exclude_kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, repeats, seed, check, cell_timeout_s)");
 
   MatrixSpec s;
   s.source = source;
   s.name = doc.value("name", source.stem().string());
   s.kernels = list_of<std::string>(doc, "kernels", source, {"*"});
+  if (doc.contains("exclude_kernels"))
+    s.exclude_kernels = list_of<std::string>(doc, "exclude_kernels", source, {});
   s.masks = list_of<std::string>(doc, "masks", source, {});
   if (!doc.contains("seqlens")) bad(source, "seqlens", "is required");
   if (doc["seqlens"].is_object()) {

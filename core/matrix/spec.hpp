@@ -23,6 +23,7 @@ struct MatrixSpec {
   std::string name;
   std::filesystem::path source;        // the file it came from
   std::vector<std::string> kernels;    // names, or {"*"} for every loaded kernel
+  std::vector<std::string> exclude_kernels;  // dropped from "*" (e.g. slow reference kernels)
   std::vector<std::string> masks;      // mask specs, or {"*"} for every pattern
   // Sequence lengths per device ("cpu", "cuda"); "*" applies to devices without their own list.
   std::map<std::string, std::vector<int64_t>> seqlens;

@@ -55,5 +55,9 @@ inline float random_uniform(uint64_t seed, uint64_t index) {
 std::unique_ptr<Backend> make_cpu_backend(size_t limit_bytes = 0);
 // Throws std::runtime_error when CUDA is not built in or the device does not exist.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);
+// GPUs visible to this build (0 without CUDA or without a driver); never throws.
+int cuda_device_count();
+// Compute capability * 10 of a GPU (90 for sm_90).
+int cuda_device_cc(int device_index);
 
 }  // namespace lca::core

@@ -88,6 +88,8 @@ std::unique_ptr<Backend> make_cpu_backend(size_t limit_bytes) {
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw std::runtime_error("this lcahost was built without CUDA; rebuild where nvcc is found");
 }
+int cuda_device_count() { return 0; }
+int cuda_device_cc(int) { return 0; }
 #endif
 
 }  // namespace lca::core

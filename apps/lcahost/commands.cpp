@@ -1,0 +1,224 @@
+// lcahost commands; see commands.hpp.
+#include "commands.hpp"
+
+#include "core/mask/mask_source.hpp"
+#include "core/mask/render.hpp"
+#include "core/report/caps.hpp"
+#include "core/report/results.hpp"
+#include "core/run/backend.hpp"
+#include "core/run/environment.hpp"
+#include "core/run/isolate.hpp"
+#include "core/run/session.hpp"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace lca::app {
+namespace fs = std::filesystem;
+
+void configure_logging(const Options& opt) {
+  auto logger = spdlog::stderr_color_mt("lca");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("[%H:%M:%S %^%l%$] %v");
+  spdlog::level::level_enum level = spdlog::level::info;
+  if (const char* env = std::getenv("LCA_LOG_LEVEL")) level = spdlog::level::from_str(env);
+  if (opt.verbose == 1) level = spdlog::level::debug;
+  if (opt.verbose >= 2) level = spdlog::level::trace;
+  if (opt.quiet) level = spdlog::level::warn;
+  spdlog::set_level(level);
+}
+
+std::string plugin_dir(const Options& opt) {
+  if (!opt.plugins.empty()) return opt.plugins;
+  if (const char* env = std::getenv("LCA_PLUGIN_DIR")) return env;
+  // Beside the executable: <build>/bin/lcahost -> <build>/plugins; installed: <prefix>/lib/lca/plugins.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    if (fs::is_directory(exe.parent_path().parent_path() / "plugins")) return (exe.parent_path().parent_path() / "plugins").string();
+    if (fs::is_directory(exe.parent_path().parent_path() / "lib/lca/plugins"))
+      return (exe.parent_path().parent_path() / "lib/lca/plugins").string();
+  }
+  return "./build/plugins";
+}
+
+namespace {
+
+std::vector<std::string> mask_names(const core::MaskSource& masks) {
+  std::vector<std::string> names;
+  for (const auto& e : masks.patterns()) names.push_back(e.info.name);
+  return names;
+}
+
+void report_refusals(const core::Registry& reg) {
+  for (const auto& r : reg.refusals()) spdlog::warn("{}", r.message);
+  for (const auto& p : reg.plugins())
+    if (!p.loaded) spdlog::warn("refused plugin {} ({}): {}", p.name(), p.manifest.file.filename().string(), p.refusal);
+}
+
+// The GPU the run uses, from --device (cuda:N) or the first one present.
+int selected_gpu(const Options& opt) {
+  if (opt.device.empty() || opt.device == "auto") return 0;
+  if (opt.device.rfind("cuda:", 0) == 0) {
+    try {
+      return std::stoi(opt.device.substr(5));
+    } catch (const std::exception&) {
+    }
+  }
+  throw std::runtime_error("--device '" + opt.device + "' is not cuda:N (e.g. cuda:0)");
+}
+
+struct Devices {
+  std::unique_ptr<core::Backend> cpu;
+  std::unique_ptr<core::Backend> cuda;
+  core::HostDevices host;
+  std::map<std::string, core::Backend*> map() const {
+    std::map<std::string, core::Backend*> m{{"cpu", cpu.get()}};
+    if (cuda) m["cuda"] = cuda.get();
+    return m;
+  }
+};
+
+Devices open_devices(const Options& opt) {
+  Devices d;
+  d.cpu = core::make_cpu_backend();
+  const int count = core::cuda_device_count();
+  if (count > 0) {
+    const int index = selected_gpu(opt);
+    if (index >= count)
+      throw std::runtime_error("--device cuda:" + std::to_string(index) + ": only " + std::to_string(count) +
+                               " GPU(s) present");
+    d.cuda = core::make_cuda_backend(index);
+    d.host.gpu_count = count;
+    d.host.gpu_cc = core::cuda_device_cc(index);
+  } else if (!opt.device.empty() && opt.device != "auto") {
+    throw std::runtime_error("--device " + opt.device + ": no GPU is present (or this build has no CUDA)");
+  }
+  return d;
+}
+
+core::MatrixSpec load_spec(const Options& opt, const core::Registry& reg) {
+  core::MatrixSpec spec = core::load_matrix_spec(opt.matrix, reg.dir());
+  if (!opt.kernels.empty()) spec.kernels = opt.kernels;
+  if (!opt.masks.empty()) spec.masks = opt.masks;
+  if (opt.no_check) spec.check = false;
+  return spec;
+}
+
+}  // namespace
+
+int cmd_list(const Options& opt) {
+  const auto reg = core::Registry::load(plugin_dir(opt));
+  core::print_plugin_list(reg, opt.format, std::cout);
+  return 0;
+}
+
+int cmd_caps(const Options& opt) {
+  const auto reg = core::Registry::load(plugin_dir(opt));
+  report_refusals(reg);
+  core::MaskSource masks(reg);
+  core::CapsFilter f;
+  if (!opt.caps_mask.empty()) {
+    if (masks.find(opt.caps_mask) == nullptr)
+      throw std::runtime_error("unknown mask '" + opt.caps_mask + "' (see `lcahost masks`)");
+    f.mask = opt.caps_mask;
+  }
+  f.backward = opt.caps_backward;
+  if (!opt.caps_dtype.empty()) f.dtype = opt.caps_dtype;
+  if (!opt.caps_device.empty()) f.device = opt.caps_device;
+  if (opt.caps_head_dim > 0) f.head_dim = opt.caps_head_dim;
+  core::print_caps(reg, mask_names(masks), f, opt.format, std::cout);
+  return 0;
+}
+
+int cmd_masks(const Options& opt) {
+  const auto reg = core::Registry::load(plugin_dir(opt));
+  report_refusals(reg);
+  core::MaskSource masks(reg);
+  if (opt.show_mask.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& e : masks.patterns()) {
+      std::string params;
+      for (const auto& p : e.info.params)
+        params += (params.empty() ? "" : " ") + p.value("name", std::string("?")) + "=" + p["default"].dump();
+      rows.push_back({e.info.name, e.info.category, params.empty() ? "-" : params, e.info.summary});
+    }
+    core::print_rows({"mask", "category", "parameters (defaults)", "summary"}, rows, false, std::cout);
+    return 0;
+  }
+  core::MaskSpec spec{opt.show_mask, nlohmann::json::object()};
+  for (const auto& kv : opt.show_params) {
+    const auto one = core::MaskSpec::parse(opt.show_mask + ":" + kv);
+    for (const auto& [k, v] : one.params.items()) spec.params[k] = v;
+  }
+  auto gm = masks.generate(spec, opt.show_seqlen, opt.show_seed);
+  const auto stats = core::mask_stats(gm->mask());
+  std::cout << spec.label() << "  seqlen " << opt.show_seqlen << "  seed " << opt.show_seed << "\n"
+            << core::render_ascii(gm->mask(), opt.show_width) << "slices " << stats.num_slices << "  area "
+            << stats.area << "  density " << stats.density;
+  if (gm->mask().num_docs > 0) std::cout << "  documents " << gm->mask().num_docs;
+  std::cout << "\n";
+  if (!opt.show_png.empty()) {
+    core::write_png(gm->mask(), opt.show_png);
+    std::cout << "wrote " << opt.show_png << "\n";
+  }
+  return 0;
+}
+
+int cmd_run(const Options& opt) {
+  Options o = opt;
+  if (!o.resume.empty()) o.out = o.resume;
+  if (o.matrix.empty()) throw std::runtime_error("--resume needs --matrix too (the same spec as the first run)");
+  const auto reg = core::Registry::load(plugin_dir(o));
+  report_refusals(reg);
+  core::MaskSource masks(reg);
+  const auto spec = load_spec(o, reg);
+  Devices devices = open_devices(o);
+
+  core::SessionOptions so;
+  so.out = o.out;
+  so.resume = !o.resume.empty();
+  so.isolate = o.isolate;
+  so.cell_timeout_s = o.cell_timeout;
+  so.dry_run = o.dry_run;
+  so.threads = o.threads;
+  if (!o.dry_run) so.environment = core::collect_environment(reg);
+  if (o.isolate) {
+    std::error_code ec;
+    const auto exe = fs::read_symlink("/proc/self/exe", ec);
+    so.child_argv = {ec ? o.argv0 : exe.string(), "--plugins", reg.dir().string(), "--matrix", o.matrix};
+    if (o.quiet) so.child_argv.push_back("-q");
+    if (!o.device.empty()) so.child_argv.insert(so.child_argv.end(), {"--device", o.device});
+    if (o.threads > 0) so.child_argv.insert(so.child_argv.end(), {"--threads", std::to_string(o.threads)});
+    if (o.no_check) so.child_argv.push_back("--no-check");
+    so.child_argv.push_back("run-cell");
+  }
+  const auto summary = core::run_session(reg, masks, spec, devices.map(), devices.host, so, std::cout);
+  return summary.healthy() ? 0 : 3;
+}
+
+int cmd_run_cell(const Options& opt) {
+  const auto reg = core::Registry::load(plugin_dir(opt));
+  core::MaskSource masks(reg);
+  const auto spec = load_spec(opt, reg);
+  Devices devices = open_devices(opt);
+  core::Cell cell = core::Cell::from_json(nlohmann::json::parse(opt.cell_json));
+  core::RunnerOptions ro;
+  ro.warmup = spec.warmup;
+  ro.repeats = spec.repeats;
+  ro.seed = spec.seed;
+  ro.check = spec.check;
+  ro.threads = opt.threads;
+  core::Runner runner(reg, masks, devices.map(), ro);
+  const auto r = runner.run_cell(cell);
+  std::cout << core::kResultMarker << r.to_json().dump() << "\n" << std::flush;
+  return 0;
+}
+
+}  // namespace lca::app

@@ -1,0 +1,55 @@
+// The lcahost commands: each parses nothing and decides nothing that core/ could; it wires
+// options to core calls and prints.
+// Rule: a command returns an exit status; it throws only for errors the user must fix.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lca::app {
+
+struct Options {
+  std::string plugins;
+  int verbose = 0;
+  bool quiet = false;
+  std::string argv0;
+  // run
+  std::string matrix;
+  std::string out;
+  std::string resume;
+  bool isolate = false;
+  double cell_timeout = 0;
+  bool dry_run = false;
+  std::string device;
+  int threads = 0;
+  bool no_check = false;
+  std::vector<std::string> kernels;
+  std::vector<std::string> masks;
+  // list / caps
+  std::string format = "table";
+  std::string caps_mask;
+  bool caps_backward = false;
+  std::string caps_dtype;
+  std::string caps_device;
+  int caps_head_dim = 0;
+  // masks
+  std::string show_mask;
+  long long show_seqlen = 64;
+  std::vector<std::string> show_params;
+  unsigned long long show_seed = 42;
+  std::string show_png;
+  int show_width = 64;
+  // run-cell
+  std::string cell_json;
+};
+
+void configure_logging(const Options& opt);
+std::string plugin_dir(const Options& opt);
+
+int cmd_list(const Options& opt);
+int cmd_caps(const Options& opt);
+int cmd_masks(const Options& opt);
+int cmd_run(const Options& opt);
+int cmd_run_cell(const Options& opt);
+
+}  // namespace lca::app

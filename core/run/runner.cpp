@@ -1,0 +1,297 @@
+// Running one cell; see runner.hpp.
+#include "core/run/runner.hpp"
+
+#include <lca/types.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+namespace lca::core {
+namespace {
+
+// A failure with the status it maps to.
+struct CellFailure : std::runtime_error {
+  CellFailure(std::string status, const std::string& reason)
+      : std::runtime_error(reason), status(std::move(status)) {}
+  std::string status;
+};
+
+std::string status_for(lca_status s) {
+  switch (s) {
+    case LCA_ERR_OUT_OF_MEMORY: return "E";
+    case LCA_ERR_UNSUPPORTED: return "X";
+    default: return "ERROR";
+  }
+}
+
+void check_status(lca_status s, const KernelInstance& k, const char* what) {
+  if (s != LCA_OK)
+    throw CellFailure(status_for(s), std::string(what) + ": " + k.vtable().last_error());
+}
+
+// Buffers of one cell, returned to the backend allocator on destruction.
+class CellMemory {
+ public:
+  explicit CellMemory(Backend& be) : be_(be) {}
+  ~CellMemory() {
+    for (void* p : ptrs_) be_.allocator()->free(be_.allocator()->ctx, p);
+  }
+  void* alloc(size_t bytes, const char* what) {
+    void* p = nullptr;
+    if (be_.allocator()->alloc(be_.allocator()->ctx, bytes, &p) != LCA_OK || p == nullptr)
+      throw CellFailure("E", std::string("out of memory allocating ") + what + " (" +
+                                 std::to_string(bytes) + " bytes)");
+    ptrs_.push_back(p);
+    return p;
+  }
+
+ private:
+  Backend& be_;
+  std::vector<void*> ptrs_;
+};
+
+lca_tensor thd(void* data, int32_t dtype, int64_t tokens, int64_t heads, int64_t d) {
+  return lca_tensor{sizeof(lca_tensor), dtype, data, {tokens, heads, d}, {heads * d, d, 1}};
+}
+
+uint64_t mix(uint64_t seed, uint64_t salt) { return seed * 1000003ull + salt * 7919ull + 17ull; }
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+double attention_flops(int64_t area, int head_dim, int heads_q, bool backward) {
+  const double fwd = 4.0 * static_cast<double>(area) * head_dim * heads_q;
+  return backward ? 2.5 * fwd : fwd;
+}
+
+nlohmann::json CellResult::to_json() const {
+  nlohmann::json j = cell.to_json();
+  j["type"] = "cell";
+  j["status"] = status;
+  if (!reason.empty()) j["reason"] = reason;
+  if (!cell.skip.empty() && status == "X") j["reason"] = cell.skip;
+  j["area"] = area;
+  j["flops"] = flops;
+  if (status == "ok" || status == "FAIL") {
+    j["plan_ms"] = plan_ms;
+    j["time_ms"] = {{"median", median_ms}, {"min", min_ms}, {"max", max_ms}, {"all", times_ms}};
+    j["tflops"] = tflops;
+    j["attn_peak_bytes"] = attn_peak_bytes;
+    j["total_peak_bytes"] = total_peak_bytes;
+  }
+  if (check.ran) j["check"] = check.to_json();
+  j["seconds"] = seconds;
+  return j;
+}
+
+CellResult CellResult::from_json(const nlohmann::json& j) {
+  CellResult r;
+  r.cell = Cell::from_json(j);
+  r.status = j.value("status", "");
+  r.reason = j.value("reason", "");
+  r.area = j.value("area", int64_t{0});
+  r.flops = j.value("flops", 0.0);
+  r.tflops = j.value("tflops", 0.0);
+  r.plan_ms = j.value("plan_ms", 0.0);
+  if (j.contains("time_ms")) {
+    r.median_ms = j["time_ms"].value("median", 0.0);
+    r.min_ms = j["time_ms"].value("min", 0.0);
+    r.max_ms = j["time_ms"].value("max", 0.0);
+    r.times_ms = j["time_ms"].value("all", std::vector<double>{});
+  }
+  r.attn_peak_bytes = j.value("attn_peak_bytes", size_t{0});
+  r.total_peak_bytes = j.value("total_peak_bytes", size_t{0});
+  if (j.contains("check")) {
+    const auto& c = j["check"];
+    r.check.ran = c.value("ran", false);
+    r.check.passed = c.value("passed", true);
+    r.check.tolerance = c.value("tolerance", 0.0);
+    r.check.note = c.value("note", "");
+    if (c.contains("errors"))
+      for (const auto& [name, e] : c["errors"].items())
+        r.check.errors[name] = ErrorStats{e.value("rel_l2", 0.0), e.value("max_abs", 0.0),
+                                          e.value("non_finite", int64_t{0}), 0};
+  }
+  r.seconds = j.value("seconds", 0.0);
+  return r;
+}
+
+Runner::Runner(const Registry& registry, MaskSource& masks, std::map<std::string, Backend*> backends,
+               RunnerOptions options)
+    : registry_(registry), masks_(masks), backends_(std::move(backends)), options_(options) {}
+
+std::shared_ptr<KernelInstance> Runner::kernel(const std::string& name, const std::string& config) {
+  const std::string key = name + "|" + config;
+  auto& k = kernels_[key];
+  if (!k) {
+    const auto* rec = registry_.find(name, "kernel");
+    if (rec == nullptr) throw CellFailure("ERROR", "kernel '" + name + "' is not loaded");
+    k = registry_.make_kernel(*rec, config);
+  }
+  return k;
+}
+
+CellResult Runner::run_cell(const Cell& cell) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CellResult r;
+  try {
+    r = run_cell_unchecked(cell);
+  } catch (const CellFailure& f) {
+    r.cell = cell;
+    r.status = f.status;
+    r.reason = f.what();
+  } catch (const std::exception& e) {
+    r.cell = cell;
+    r.status = "ERROR";
+    r.reason = e.what();
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+CellResult Runner::run_cell_unchecked(const Cell& cell) {
+  CellResult r;
+  r.cell = cell;
+  if (!cell.skip.empty()) {
+    r.status = "X";
+    r.reason = cell.skip;
+    return r;
+  }
+  auto be_it = backends_.find(cell.device);
+  if (be_it == backends_.end() || be_it->second == nullptr)
+    throw CellFailure("X", "no " + cell.device + " device in this run");
+  Backend& be = *be_it->second;
+  const bool bwd = cell.pass == "bwd";
+
+  std::shared_ptr<GeneratedMask> gm;
+  try {
+    gm = masks_.generate(cell.mask, cell.seqlen, options_.seed);
+  } catch (const std::exception& e) {
+    throw CellFailure("ERROR", e.what());
+  }
+  const lca_mask& mask = gm->mask();
+  r.area = gm->area();
+  r.flops = attention_flops(r.area, cell.head_dim, cell.heads.heads_q, bwd);
+
+  const int32_t dtype = lca::dtype_from_name(cell.dtype);
+  const size_t es = lca::dtype_size(dtype);
+  const int64_t S = cell.seqlen, Hq = cell.heads.heads_q, Hkv = cell.heads.heads_kv, D = cell.head_dim;
+  const lca_problem problem{sizeof(lca_problem), dtype, be.type(), be.device_index(), S, S,
+                            static_cast<int32_t>(Hq), static_cast<int32_t>(Hkv), static_cast<int32_t>(D),
+                            static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
+  auto k = kernel(cell.kernel);
+  const lca_exec exec{sizeof(lca_exec), be.stream(), be.allocator(), options_.threads};
+
+  be.synchronize();
+  const size_t before = be.current_bytes();
+  be.reset_peak();
+  CellMemory mem(be);
+  CellBuffers buf;
+  const size_t q_bytes = static_cast<size_t>(S * Hq * D) * es, kv_bytes = static_cast<size_t>(S * Hkv * D) * es;
+  buf.q = mem.alloc(q_bytes, "Q");
+  buf.k = mem.alloc(kv_bytes, "K");
+  buf.v = mem.alloc(kv_bytes, "V");
+  buf.o = mem.alloc(q_bytes, "O");
+  buf.lse = static_cast<float*>(mem.alloc(static_cast<size_t>(Hq * S) * 4, "LSE"));
+  if (bwd) {
+    buf.d_o = mem.alloc(q_bytes, "dO");
+    buf.dq = mem.alloc(q_bytes, "dQ");
+    buf.dk = mem.alloc(kv_bytes, "dK");
+    buf.dv = mem.alloc(kv_bytes, "dV");
+  }
+  // Inputs depend on the problem and the seed only: every kernel of a problem sees the same.
+  const uint64_t seed = mix(options_.seed, static_cast<uint64_t>(S * 131 + Hq * 7 + Hkv * 3 + D));
+  be.fill_random(buf.q, S * Hq * D, dtype, mix(seed, 1), 1.0f);
+  be.fill_random(buf.k, S * Hkv * D, dtype, mix(seed, 2), 1.0f);
+  be.fill_random(buf.v, S * Hkv * D, dtype, mix(seed, 3), 1.0f);
+  if (bwd) be.fill_random(buf.d_o, S * Hq * D, dtype, mix(seed, 4), 1.0f);
+  be.poison(buf.o, q_bytes);
+  be.poison(buf.lse, static_cast<size_t>(Hq * S) * 4);
+  be.synchronize();
+  const size_t io_bytes = be.current_bytes() - before;
+
+  // plan(): outside the timed region.
+  lca_plan* plan = nullptr;
+  const auto p0 = std::chrono::steady_clock::now();
+  check_status(k->vtable().plan(k->get(), &problem, &mask, &exec, &plan), *k, "plan");
+  be.synchronize();
+  r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
+  struct PlanGuard {
+    KernelInstance& k;
+    lca_plan* p;
+    const lca_exec* e;
+    ~PlanGuard() { k.vtable().destroy_plan(k.get(), p, e); }
+  } plan_guard{*k, plan, &exec};
+
+  const lca_fwd_args fa{sizeof(lca_fwd_args), thd(buf.q, dtype, S, Hq, D), thd(buf.k, dtype, S, Hkv, D),
+                        thd(buf.v, dtype, S, Hkv, D), thd(buf.o, dtype, S, Hq, D),
+                        lca_tensor{sizeof(lca_tensor), LCA_DTYPE_F32, buf.lse, {Hq, S, 1}, {S, 1, 1}}};
+  lca_bwd_args ba{};
+  if (bwd) {
+    if (k->vtable().backward == nullptr) throw CellFailure("X", "no-backward");
+    // O and LSE come from the kernel's own forward, as in training.
+    check_status(k->vtable().forward(k->get(), plan, &fa, &exec), *k, "forward");
+    ba = lca_bwd_args{sizeof(lca_bwd_args), fa.q, fa.k, fa.v, fa.o, thd(buf.d_o, dtype, S, Hq, D), fa.lse,
+                      thd(buf.dq, dtype, S, Hq, D), thd(buf.dk, dtype, S, Hkv, D), thd(buf.dv, dtype, S, Hkv, D)};
+    be.poison(buf.dq, q_bytes);
+    be.poison(buf.dk, kv_bytes);
+    be.poison(buf.dv, kv_bytes);
+  }
+  auto call = [&] {
+    const lca_status s = bwd ? k->vtable().backward(k->get(), plan, &ba, &exec)
+                             : k->vtable().forward(k->get(), plan, &fa, &exec);
+    check_status(s, *k, bwd ? "backward" : "forward");
+  };
+  for (int i = 0; i < options_.warmup; ++i) call();
+  be.synchronize();
+  for (int i = 0; i < options_.repeats; ++i) {
+    be.flush_caches();
+    r.times_ms.push_back(be.time_ms(call));
+  }
+  be.synchronize();
+  r.total_peak_bytes = be.peak_bytes() - before;
+  r.attn_peak_bytes = r.total_peak_bytes > io_bytes ? r.total_peak_bytes - io_bytes : 0;
+  r.median_ms = median_of(r.times_ms);
+  r.min_ms = *std::min_element(r.times_ms.begin(), r.times_ms.end());
+  r.max_ms = *std::max_element(r.times_ms.begin(), r.times_ms.end());
+  r.tflops = r.median_ms > 0 ? r.flops / (r.median_ms * 1e-3) / 1e12 : 0;
+  r.status = "ok";
+
+  if (options_.check) {
+    const auto* ref_rec = registry_.reference_kernel(cell.device);
+    if (ref_rec == nullptr) {
+      r.reason = "unchecked: no reference kernel for " + cell.device + " is loaded";
+    } else {
+      auto ref = kernel(ref_rec->name(), R"({"accumulate":"f64"})");
+      CheckOptions opt;
+      opt.backward = bwd;
+      opt.max_reference_flops = options_.max_reference_flops;
+      try {
+        r.check = check_cell(be, *ref, problem, mask, buf, opt);
+      } catch (const std::exception& e) {
+        r.status = "ERROR";
+        r.reason = std::string("check: ") + e.what();
+        return r;
+      }
+      if (!r.check.passed) {
+        r.status = "FAIL";
+        std::string worst;
+        for (const auto& [name, s] : r.check.errors)
+          worst += name + " rel_l2=" + std::to_string(s.rel_l2) +
+                   (s.non_finite ? " non_finite=" + std::to_string(s.non_finite) : "") + " ";
+        r.reason = "outside tolerance " + std::to_string(r.check.tolerance) + ": " + worst;
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace lca::core

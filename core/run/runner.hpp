@@ -1,0 +1,71 @@
+// The runner: executes one cell (plan outside the timed region, warm-up, timed repeats, check)
+// and turns every failure into a recorded status. The face of core/run.
+// Rule: a cell never throws out of run_cell(); out-of-memory is E, unsupported is X, a failed
+// check is FAIL, anything else ERROR, and the run goes on.
+#pragma once
+
+#include "core/check/compare.hpp"
+#include "core/mask/mask_source.hpp"
+#include "core/matrix/cells.hpp"
+#include "core/plugin/registry.hpp"
+#include "core/run/backend.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lca::core {
+
+struct CellResult {
+  Cell cell;
+  std::string status;   // ok, X, E, FAIL, ERROR, CRASH, TIMEOUT
+  std::string reason;   // why, for every status but ok
+  double plan_ms = 0;
+  std::vector<double> times_ms;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  int64_t area = 0;     // unmasked cells
+  double flops = 0;     // of one call
+  double tflops = 0;    // at the median
+  size_t attn_peak_bytes = 0;   // the kernel's own: plan + workspace, beyond inputs and outputs
+  size_t total_peak_bytes = 0;  // everything the cell held at its peak
+  CheckResult check;
+  double seconds = 0;   // wall time of the whole cell, check included
+
+  nlohmann::json to_json() const;
+  static CellResult from_json(const nlohmann::json& j);
+};
+
+// fwd: 4 * area * head_dim * heads_q; bwd: 2.5x that.
+double attention_flops(int64_t area, int head_dim, int heads_q, bool backward);
+
+struct RunnerOptions {
+  int warmup = 1;
+  int repeats = 3;
+  uint64_t seed = 42;
+  bool check = true;
+  int threads = 0;                 // CPU kernels: 0 = their choice
+  double max_reference_flops = 4e12;
+};
+
+class Runner {
+ public:
+  // backends: by device name ("cpu", "cuda"); a cell whose device has no backend is X.
+  Runner(const Registry& registry, MaskSource& masks, std::map<std::string, Backend*> backends,
+         RunnerOptions options);
+  CellResult run_cell(const Cell& cell);
+
+ private:
+  std::shared_ptr<KernelInstance> kernel(const std::string& name, const std::string& config = "{}");
+  CellResult run_cell_unchecked(const Cell& cell);
+
+  const Registry& registry_;
+  MaskSource& masks_;
+  std::map<std::string, Backend*> backends_;
+  RunnerOptions options_;
+  std::map<std::string, std::shared_ptr<KernelInstance>> kernels_;
+};
+
+}  // namespace lca::core

@@ -1,0 +1,109 @@
+// Matrix runs; see session.hpp.
+#include "core/run/session.hpp"
+
+#include "core/report/results.hpp"
+#include "core/run/isolate.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <memory>
+
+namespace lca::core {
+
+bool SessionSummary::healthy() const {
+  for (const char* bad : {"FAIL", "ERROR", "CRASH", "TIMEOUT"})
+    if (auto it = counts.find(bad); it != counts.end() && it->second > 0) return false;
+  return true;
+}
+
+SessionSummary run_session(const Registry& registry, MaskSource& masks, const MatrixSpec& spec,
+                           const std::map<std::string, Backend*>& backends, const HostDevices& devices,
+                           const SessionOptions& options, std::ostream& out) {
+  SessionSummary summary;
+  std::vector<Cell> cells = expand_cells(spec, registry, masks, devices);
+  summary.cells = cells.size();
+
+  if (options.resume && !options.out.empty()) {
+    const auto done = completed_cell_keys(options.out);
+    std::vector<Cell> left;
+    for (auto& c : cells)
+      if (!done.count(c.key())) left.push_back(std::move(c));
+    summary.resumed = cells.size() - left.size();
+    cells = std::move(left);
+  }
+
+  out << "# lca matrix '" << spec.name << "' (" << spec.source.string() << "): " << summary.cells
+      << " cells";
+  if (summary.resumed) out << ", " << summary.resumed << " already in " << options.out.string();
+  out << "\n";
+
+  TablePrinter table(out);
+  if (options.dry_run) {
+    table.header();
+    for (size_t i = 0; i < cells.size(); ++i) {
+      CellResult r;
+      r.cell = cells[i];
+      r.status = cells[i].skip.empty() ? "plan" : "X";
+      table.row(i + 1, cells.size(), r, 0, 0);
+      ++summary.counts[r.status];
+    }
+    return summary;
+  }
+
+  std::unique_ptr<ResultsWriter> writer;
+  if (!options.out.empty()) {
+    writer = std::make_unique<ResultsWriter>(options.out, options.resume);
+    nlohmann::json run = options.environment;
+    run["matrix"] = {{"name", spec.name}, {"source", spec.source.string()}, {"warmup", spec.warmup},
+                     {"repeats", spec.repeats}, {"seed", spec.seed}, {"check", spec.check}};
+    run["cells"] = summary.cells;
+    run["resumed"] = summary.resumed;
+    writer->write_run(run);
+  }
+
+  RunnerOptions ropt;
+  ropt.warmup = spec.warmup;
+  ropt.repeats = spec.repeats;
+  ropt.seed = spec.seed;
+  ropt.check = spec.check;
+  ropt.threads = options.threads;
+  Runner runner(registry, masks, backends, ropt);
+  const double timeout = options.cell_timeout_s > 0 ? options.cell_timeout_s : spec.cell_timeout_s;
+
+  table.header();
+  const auto t0 = std::chrono::steady_clock::now();
+  double ran_seconds = 0;
+  size_t ran = 0;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const Cell& cell = cells[i];
+    CellResult r;
+    if (!cell.skip.empty()) {
+      r = runner.run_cell(cell);  // records X without running
+    } else if (options.isolate) {
+      r = run_isolated(options.child_argv, cell, timeout);
+    } else {
+      r = runner.run_cell(cell);
+    }
+    if (cell.skip.empty()) {
+      ran_seconds += r.seconds;
+      ++ran;
+    }
+    if (writer) writer->write_cell(r);
+    ++summary.counts[r.status];
+    size_t runnable_left = 0;
+    for (size_t j = i + 1; j < cells.size(); ++j) runnable_left += cells[j].skip.empty();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta = ran ? ran_seconds / ran * runnable_left : 0;
+    table.row(i + 1, cells.size(), r, elapsed, eta);
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  table.summary(summary.counts, elapsed);
+  if (writer) {
+    writer->write_summary({{"counts", summary.counts}, {"elapsed_s", elapsed}});
+    out << "# results: " << writer->path().string() << " (and .csv)\n";
+  }
+  return summary;
+}
+
+}  // namespace lca::core

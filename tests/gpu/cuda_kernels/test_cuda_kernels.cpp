@@ -1,6 +1,6 @@
 // cuda_reference and cuda_naive against cpu_reference (fp64 accumulation) on hand-built slice
 // masks: full, causal, documents, sliding window, INV_CAUSAL / BI_CAUSAL, rows that see nothing,
-// odd lengths, GQA 1/2/4, head dims 64/128 (and 96, 256), bf16 / f16 (/ f32), fwd and bwd.
+// odd lengths, GQA 1/2/3/4/8, head dims 64/128 (and 96, 256), bf16 / f16 (/ f32), fwd and bwd.
 #include "harness.hpp"
 
 #include "plugins/kernels/cuda_reference/slice_lists.hpp"
@@ -50,6 +50,8 @@ std::vector<Problem> cases() {
       make("inv_bi_causal_1000_gqa1_d64_bf16", 1000, 1000, 2, 2, 64, bf, mask_inv_bi(1000, 1000)),
       make("empty_rows_257_gqa2_d64_bf16", 257, 257, 4, 2, 64, bf, mask_with_empty_rows(257)),
       make("empty_rows_1000_gqa1_d96_f16", 1000, 1000, 2, 2, 96, hf, mask_with_empty_rows(1000)),
+      make("causal_257_gqa8_d64_bf16", 257, 257, 8, 1, 64, bf, mask_causal(257)),
+      make("documents_causal_257_gqa3_d128_f16", 257, 257, 6, 2, 128, hf, mask_documents({128, 129}, true)),
       make("causal_257_gqa2_d64_f32", 257, 257, 4, 2, 64, LCA_DTYPE_F32, mask_causal(257)),
   };
 }

@@ -188,7 +188,17 @@ int cmd_run(const Options& opt) {
   so.cell_timeout_s = o.cell_timeout;
   so.dry_run = o.dry_run;
   so.threads = o.threads;
-  if (!o.dry_run) so.environment = core::collect_environment(reg);
+  if (!o.dry_run) {
+    so.environment = core::collect_environment(reg);
+    if (devices.cuda) {
+      spdlog::info("measuring the GPU's ceilings (bf16 GEMM, device copy)");
+      so.environment["gpu"] = core::collect_gpu_environment(devices.cuda->device_index(), true);
+      so.gemm_tflops = so.environment["gpu"]["ceilings"].value("gemm_tflops", 0.0);
+      spdlog::info("{}: GEMM {:.0f} TFLOP/s, copy {:.0f} GB/s", so.environment["gpu"].value("name", std::string("GPU")),
+                   so.gemm_tflops, so.environment["gpu"]["ceilings"].value("copy_gbps", 0.0));
+      std::cout << "# gpu: " << so.environment["gpu"].dump() << "\n";
+    }
+  }
   if (o.isolate) {
     std::error_code ec;
     const auto exe = fs::read_symlink("/proc/self/exe", ec);

@@ -25,6 +25,11 @@ struct Options {
   bool no_check = false;
   std::vector<std::string> kernels;
   std::vector<std::string> masks;
+  // cp
+  std::vector<std::string> cp;
+  std::string cp_kernel = "cpu_reference";
+  int cp_topology = 0;
+  std::string cp_options = "{}";
   // list / caps
   std::string format = "table";
   std::string caps_mask;
@@ -51,5 +56,6 @@ int cmd_caps(const Options& opt);
 int cmd_masks(const Options& opt);
 int cmd_run(const Options& opt);
 int cmd_run_cell(const Options& opt);
+int cmd_cp(Options opt, int* argc, char*** argv);
 
 }  // namespace lca::app

@@ -28,6 +28,12 @@ int main(int argc, char** argv) {
   app.add_option("--kernels", opt.kernels, "Only these kernels (comma separated)")->delimiter(',');
   app.add_option("--masks", opt.masks, "Only these masks (comma separated specs)")->delimiter(',');
 
+  app.add_option("--cp", opt.cp, "Context-parallel strategies to run (comma separated, * = all); launch with mpirun")
+      ->delimiter(',');
+  app.add_option("--cp-kernel", opt.cp_kernel, "Kernel plugin for the strategies' local blocks (default cpu_reference)");
+  app.add_option("--cp-topology", opt.cp_topology, "Ranks per node for hybrid strategies (default: from the launcher)");
+  app.add_option("--cp-options", opt.cp_options, "Strategy options as JSON, e.g. '{\"ulysses_degree\":2}'");
+
   auto* list = app.add_subcommand("list", "Plugins found, with kind, version, library and status");
   list->add_option("--format", opt.format, "table, md or json")->check(CLI::IsMember({"table", "md", "json"}));
 
@@ -65,6 +71,7 @@ int main(int argc, char** argv) {
     if (*caps) return lca::app::cmd_caps(opt);
     if (*masks) return lca::app::cmd_masks(opt);
     if (*run_cell) return lca::app::cmd_run_cell(opt);
+    if (!opt.cp.empty()) return lca::app::cmd_cp(opt, &argc, &argv);
     if (!opt.matrix.empty() || !opt.resume.empty()) return lca::app::cmd_run(opt);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());

@@ -135,8 +135,12 @@ void TablePrinter::row(size_t index, size_t total, const CellResult& r, double, 
        << c.head_dim << std::setw(6) << c.dtype << std::setw(5) << c.pass << std::setw(7) << r.status;
   const bool timed = r.status == "ok" || r.status == "FAIL";
   if (timed) {
-    out_ << std::fixed << std::setprecision(3) << std::setw(11) << r.median_ms << std::setprecision(2)
-         << std::setw(10) << r.tflops << std::setw(9) << format_bytes(r.total_peak_bytes);
+    // CPU cells run at GFLOP/s: keep three significant digits instead of printing 0.00.
+    std::ostringstream tf;
+    if (r.tflops >= 1.0) tf << std::fixed << std::setprecision(1) << r.tflops;
+    else tf << std::setprecision(3) << r.tflops;
+    out_ << std::fixed << std::setprecision(3) << std::setw(11) << r.median_ms << std::setw(10) << tf.str()
+         << std::setw(9) << format_bytes(r.total_peak_bytes);
     if (r.check.ran) out_ << std::scientific << std::setprecision(1) << std::setw(10) << max_rel_l2(r);
     else out_ << std::setw(10) << "-";
     out_ << std::defaultfloat;

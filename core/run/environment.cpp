@@ -1,6 +1,8 @@
 // Environment capture; see environment.hpp.
 #include "core/run/environment.hpp"
 
+#include "core/cuda/gpu.hpp"
+
 #include <lca/abi.h>
 
 #include <sys/utsname.h>
@@ -65,6 +67,24 @@ nlohmann::json collect_environment(const Registry& registry) {
   }
   for (const auto& r : registry.refusals()) env["refused_manifests"].push_back(r.message);
   return env;
+}
+
+nlohmann::json collect_gpu_environment(int device, bool measure) {
+  const auto g = gpu::query(device);
+  nlohmann::json j = {{"index", g.index}, {"name", g.name}, {"sm_count", g.sm_count},
+                      {"compute_capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)},
+                      {"sm_clock_mhz", g.sm_clock_mhz}, {"mem_clock_mhz", g.mem_clock_mhz},
+                      {"total_mem_bytes", g.total_mem}, {"l2_bytes", g.l2_bytes},
+                      {"driver_version", g.driver_version}, {"cuda_runtime_version", g.runtime_version},
+                      {"cudnn_version", g.cudnn_version}, {"nccl_version", g.nccl_version},
+                      {"cublas_version", g.cublas_version}};
+  if (measure) {
+    const auto c = gpu::measure_ceilings(device);
+    j["ceilings"] = {{"gemm_tflops", c.gemm_tflops}, {"copy_gbps", c.copy_gbps},
+                     {"gemm", "bf16 8192^3 cuBLAS, fp32 accumulate, median"},
+                     {"copy", "device-to-device, bytes read + written"}};
+  }
+  return j;
 }
 
 }  // namespace lca::core

@@ -11,4 +11,8 @@ namespace lca::core {
 
 nlohmann::json collect_environment(const Registry& registry);
 
+// The GPU a run uses (name, SMs, clocks, memory, driver, CUDA, cuDNN, NCCL, cuBLAS) and, when
+// measure is true, its two measured ceilings: {"gemm_tflops", "copy_gbps"}. CUDA builds only.
+nlohmann::json collect_gpu_environment(int device, bool measure_ceilings);
+
 }  // namespace lca::core

@@ -67,6 +67,11 @@ double median_of(std::vector<double> v) {
 
 }  // namespace
 
+uint64_t input_seed(uint64_t run_seed, int64_t S, int hq, int hkv, int d, int which) {
+  const uint64_t problem = mix(run_seed, static_cast<uint64_t>(S * 131 + hq * 7 + hkv * 3 + d));
+  return mix(problem, static_cast<uint64_t>(which));
+}
+
 double attention_flops(int64_t area, int head_dim, int heads_q, bool backward) {
   const double fwd = 4.0 * static_cast<double>(area) * head_dim * heads_q;
   return backward ? 2.5 * fwd : fwd;
@@ -84,6 +89,7 @@ nlohmann::json CellResult::to_json() const {
     j["plan_ms"] = plan_ms;
     j["time_ms"] = {{"median", median_ms}, {"min", min_ms}, {"max", max_ms}, {"all", times_ms}};
     j["tflops"] = tflops;
+    if (gemm_fraction > 0) j["gemm_fraction"] = gemm_fraction;
     j["attn_peak_bytes"] = attn_peak_bytes;
     j["total_peak_bytes"] = total_peak_bytes;
   }
@@ -100,6 +106,7 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
   r.area = j.value("area", int64_t{0});
   r.flops = j.value("flops", 0.0);
   r.tflops = j.value("tflops", 0.0);
+  r.gemm_fraction = j.value("gemm_fraction", 0.0);
   r.plan_ms = j.value("plan_ms", 0.0);
   if (j.contains("time_ms")) {
     r.median_ms = j["time_ms"].value("median", 0.0);
@@ -208,11 +215,11 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
     buf.dv = mem.alloc(kv_bytes, "dV");
   }
   // Inputs depend on the problem and the seed only: every kernel of a problem sees the same.
-  const uint64_t seed = mix(options_.seed, static_cast<uint64_t>(S * 131 + Hq * 7 + Hkv * 3 + D));
-  be.fill_random(buf.q, S * Hq * D, dtype, mix(seed, 1), 1.0f);
-  be.fill_random(buf.k, S * Hkv * D, dtype, mix(seed, 2), 1.0f);
-  be.fill_random(buf.v, S * Hkv * D, dtype, mix(seed, 3), 1.0f);
-  if (bwd) be.fill_random(buf.d_o, S * Hq * D, dtype, mix(seed, 4), 1.0f);
+  auto seed = [&](int which) { return input_seed(options_.seed, S, Hq, Hkv, D, which); };
+  be.fill_random(buf.q, S * Hq * D, dtype, seed(1), 1.0f);
+  be.fill_random(buf.k, S * Hkv * D, dtype, seed(2), 1.0f);
+  be.fill_random(buf.v, S * Hkv * D, dtype, seed(3), 1.0f);
+  if (bwd) be.fill_random(buf.d_o, S * Hq * D, dtype, seed(4), 1.0f);
   be.poison(buf.o, q_bytes);
   be.poison(buf.lse, static_cast<size_t>(Hq * S) * 4);
   be.synchronize();
@@ -263,6 +270,7 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
   r.min_ms = *std::min_element(r.times_ms.begin(), r.times_ms.end());
   r.max_ms = *std::max_element(r.times_ms.begin(), r.times_ms.end());
   r.tflops = r.median_ms > 0 ? r.flops / (r.median_ms * 1e-3) / 1e12 : 0;
+  if (options_.gemm_tflops > 0 && cell.device == "cuda") r.gemm_fraction = r.tflops / options_.gemm_tflops;
   r.status = "ok";
 
   if (options_.check) {

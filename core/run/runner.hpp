@@ -29,6 +29,7 @@ struct CellResult {
   int64_t area = 0;     // unmasked cells
   double flops = 0;     // of one call
   double tflops = 0;    // at the median
+  double gemm_fraction = 0;     // tflops / the run's measured GEMM rate (0 when unknown)
   size_t attn_peak_bytes = 0;   // the kernel's own: plan + workspace, beyond inputs and outputs
   size_t total_peak_bytes = 0;  // everything the cell held at its peak
   CheckResult check;
@@ -37,6 +38,11 @@ struct CellResult {
   nlohmann::json to_json() const;
   static CellResult from_json(const nlohmann::json& j);
 };
+
+// Seeds of a cell's random inputs: they depend on the run's seed and the problem only, so every
+// kernel (and every CP strategy) of a problem sees the same Q, K, V and dO.
+// which: 1 = Q, 2 = K, 3 = V, 4 = dO.
+uint64_t input_seed(uint64_t run_seed, int64_t seqlen, int heads_q, int heads_kv, int head_dim, int which);
 
 // fwd: 4 * area * head_dim * heads_q; bwd: 2.5x that.
 double attention_flops(int64_t area, int head_dim, int heads_q, bool backward);
@@ -48,6 +54,7 @@ struct RunnerOptions {
   bool check = true;
   int threads = 0;                 // CPU kernels: 0 = their choice
   double max_reference_flops = 4e12;
+  double gemm_tflops = 0;          // measured ceiling; 0 = unknown
 };
 
 class Runner {

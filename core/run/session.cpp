@@ -68,6 +68,7 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
   ropt.seed = spec.seed;
   ropt.check = spec.check;
   ropt.threads = options.threads;
+  ropt.gemm_tflops = options.gemm_tflops;
   Runner runner(registry, masks, backends, ropt);
   const double timeout = options.cell_timeout_s > 0 ? options.cell_timeout_s : spec.cell_timeout_s;
 

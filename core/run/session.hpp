@@ -27,6 +27,7 @@ struct SessionOptions {
   bool dry_run = false;
   int threads = 0;
   nlohmann::json environment;           // written as the run record
+  double gemm_tflops = 0;               // the GPU's measured ceiling, for gemm_fraction
 };
 
 struct SessionSummary {

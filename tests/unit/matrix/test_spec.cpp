@@ -1,0 +1,205 @@
+// Matrix specs: every refusal names the field; defaults and aliases; every preset parses.
+#include "core/matrix/spec.hpp"
+#include "fixture_folder.hpp"
+
+#include <gtest/gtest.h>
+
+namespace lca::test {
+namespace {
+
+using core::MatrixSpec;
+using nlohmann::json;
+
+json minimal() {
+  return json::parse(R"({"masks": ["causal"], "seqlens": [128], "heads": ["4:2"], "head_dims": [64]})");
+}
+
+MatrixSpec parse(const json& doc) { return core::parse_matrix_spec(doc, "/specs/mine.json"); }
+
+// The message of a refused spec; fails the test when it is accepted.
+std::string refusal(const json& doc) {
+  try {
+    parse(doc);
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("/specs/mine.json"), std::string::npos) << m;
+    return m;
+  }
+  ADD_FAILURE() << "accepted: " << doc.dump();
+  return "";
+}
+
+json with(const char* key, const json& value) {
+  json d = minimal();
+  d[key] = value;
+  return d;
+}
+
+#define EXPECT_HAS(text, fragment) EXPECT_NE((text).find(fragment), std::string::npos) << (text)
+
+TEST(MatrixSpec, Defaults) {
+  const MatrixSpec s = parse(minimal());
+  EXPECT_EQ(s.name, "mine");  // the file's stem
+  EXPECT_EQ(s.kernels, std::vector<std::string>{"*"});
+  EXPECT_TRUE(s.exclude_kernels.empty());
+  EXPECT_EQ(s.dtypes, std::vector<std::string>{"bf16"});
+  EXPECT_EQ(s.passes, std::vector<std::string>{"fwd"});
+  EXPECT_EQ(s.warmup, 1);
+  EXPECT_EQ(s.repeats, 3);
+  EXPECT_EQ(s.seed, 42u);
+  EXPECT_TRUE(s.check);
+  ASSERT_EQ(s.heads.size(), 1u);
+  EXPECT_EQ(s.heads[0].heads_q, 4);
+  EXPECT_EQ(s.heads[0].heads_kv, 2);
+  EXPECT_EQ(s.heads[0].label(), "4:2");
+}
+
+TEST(MatrixSpec, AliasesSinglesAndDevices) {
+  json d = minimal();
+  d["dtypes"] = {"fp16", "bfloat16", "float32"};
+  d["heads"] = "8";          // one value instead of a list; no colon: MHA
+  d["masks"] = "causal";
+  d["seqlens"] = {{"cpu", {256}}, {"*", {1024, 2048}}};
+  const MatrixSpec s = parse(d);
+  EXPECT_EQ(s.dtypes, (std::vector<std::string>{"f16", "bf16", "f32"}));
+  ASSERT_EQ(s.heads.size(), 1u);
+  EXPECT_EQ(s.heads[0].heads_kv, 8);
+  EXPECT_EQ(s.masks, std::vector<std::string>{"causal"});
+  EXPECT_EQ(s.seqlens_for("cpu"), std::vector<int64_t>{256});
+  EXPECT_EQ(s.seqlens_for("cuda"), (std::vector<int64_t>{1024, 2048}));  // falls back to "*"
+
+  d["seqlens"] = {{"cuda", {4096}}};
+  EXPECT_TRUE(parse(d).seqlens_for("cpu").empty()) << "no list for cpu and no '*'";
+}
+
+TEST(MatrixSpec, UnknownField) {
+  const std::string m = refusal(with("kernal", {"x"}));
+  EXPECT_HAS(m, "'kernal'");
+  EXPECT_HAS(m, "not a known field");
+}
+
+TEST(MatrixSpec, BadHeads) {
+  std::string m = refusal(with("heads", {"64:7"}));
+  EXPECT_HAS(m, "'heads'");
+  EXPECT_HAS(m, "64:7");
+  m = refusal(with("heads", {"many:2"}));
+  EXPECT_HAS(m, "'heads'");
+  EXPECT_HAS(m, "many:2");
+  EXPECT_HAS(refusal(with("heads", {"0:0"})), "'heads'");
+  EXPECT_HAS(refusal(with("heads", {"-4:2"})), "'heads'");
+}
+
+TEST(MatrixSpec, BadDtypes) {
+  std::string m = refusal(with("dtypes", {"fp8"}));
+  EXPECT_HAS(m, "'dtypes'");
+  EXPECT_HAS(m, "fp8");
+  EXPECT_HAS(refusal(with("dtypes", {"f64"})), "'dtypes'");
+}
+
+TEST(MatrixSpec, EmptyLists) {
+  for (const char* field : {"masks", "heads", "head_dims", "dtypes", "passes", "kernels"}) {
+    const std::string m = refusal(with(field, json::array()));
+    EXPECT_HAS(m, "'" + std::string(field) + "'");
+    EXPECT_HAS(m, "empty");
+  }
+  EXPECT_HAS(refusal(with("seqlens", json::array())), "'seqlens'");
+  EXPECT_HAS(refusal(with("seqlens", {{"cpu", json::array()}})), "cpu");
+}
+
+TEST(MatrixSpec, BadLengths) {
+  std::string m = refusal(with("seqlens", {128, -5}));
+  EXPECT_HAS(m, "'seqlens'");
+  EXPECT_HAS(m, "-5");
+  EXPECT_HAS(refusal(with("seqlens", {0})), "'seqlens'");
+  EXPECT_HAS(refusal(with("seqlens", {{"cuda", {-1}}})), "seqlens");
+  m = refusal(with("seqlens", {{"tpu", {128}}}));
+  EXPECT_HAS(m, "'seqlens.tpu'");
+  EXPECT_HAS(refusal(with("seqlens", {"long"})), "'seqlens'");
+}
+
+TEST(MatrixSpec, OtherBadFields) {
+  EXPECT_HAS(refusal(with("passes", {"fwd", "both"})), "'passes'");
+  EXPECT_HAS(refusal(with("head_dims", {0})), "'head_dims'");
+  EXPECT_HAS(refusal(with("head_dims", {"64"})), "'head_dims'");
+  EXPECT_HAS(refusal(with("repeats", 0)), "'repeats'");
+  EXPECT_HAS(refusal(with("warmup", -1)), "'warmup'");
+  EXPECT_HAS(refusal(with("masks", {1, 2})), "'masks'");
+  json d = minimal();
+  d.erase("masks");
+  EXPECT_HAS(refusal(d), "'masks'");
+  d = minimal();
+  d.erase("seqlens");
+  EXPECT_HAS(refusal(d), "'seqlens'");
+  EXPECT_HAS(refusal(json::array()), "JSON object");
+}
+
+TEST(MatrixPresets, EveryPresetInTheTreeParses) {
+  int count = 0;
+  for (const auto& e : std::filesystem::directory_iterator(source_dir() / "manifests" / "matrices")) {
+    if (e.path().extension() != ".json") continue;
+    ++count;
+    SCOPED_TRACE(e.path().string());
+    MatrixSpec by_path, by_name;
+    ASSERT_NO_THROW(by_path = core::load_matrix_spec(e.path().string(), "/nonexistent"));
+    ASSERT_NO_THROW(by_name = core::load_matrix_spec(e.path().stem().string(), "/nonexistent"));
+    EXPECT_EQ(by_path.name, by_name.name);
+    EXPECT_FALSE(by_path.masks.empty());
+    EXPECT_FALSE(by_path.heads.empty());
+    EXPECT_FALSE(by_path.seqlens.empty());
+  }
+  EXPECT_GE(count, 2);
+  const auto names = core::preset_names("/nonexistent");
+  for (const char* n : {"all", "quick"}) EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+}
+
+TEST(MatrixPresets, AllMeansEveryKernelAndMask) {
+  const MatrixSpec s = core::load_matrix_spec("all", "/nonexistent");
+  EXPECT_EQ(s.kernels, std::vector<std::string>{"*"});
+  EXPECT_EQ(s.masks, std::vector<std::string>{"*"});
+}
+
+TEST(MatrixPresets, PluginFolderPresetsComeFirst) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "matrices");
+  write_text(dir / "matrices" / "quick.json",
+             R"({"name": "my-quick", "masks": ["full"], "seqlens": [64], "heads": ["1:1"], "head_dims": [16]})");
+  write_text(dir / "matrices" / "tiny.json",
+             R"({"masks": ["full"], "seqlens": [64], "heads": ["1:1"], "head_dims": [16]})");
+  EXPECT_EQ(core::load_matrix_spec("quick", dir.path()).name, "my-quick");
+  EXPECT_EQ(core::load_matrix_spec("tiny", dir.path()).name, "tiny");
+  const auto names = core::preset_names(dir.path());
+  EXPECT_NE(std::find(names.begin(), names.end(), "tiny"), names.end());
+}
+
+TEST(MatrixPresets, UnknownPresetNamesThePresets) {
+  try {
+    core::load_matrix_spec("no-such-preset", "/nonexistent");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_HAS(m, "'no-such-preset'");
+    EXPECT_HAS(m, "quick");
+    EXPECT_HAS(m, "all");
+  }
+}
+
+TEST(MatrixPresets, FilesThatAreMissingOrBroken) {
+  TempDir dir;
+  try {
+    core::load_matrix_spec((dir / "missing.json").string(), dir.path());
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_HAS(std::string(e.what()), "missing.json");
+  }
+  write_text(dir / "broken.json", "{\"masks\": [\"full\",}");
+  try {
+    core::load_matrix_spec((dir / "broken.json").string(), dir.path());
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_HAS(std::string(e.what()), "broken.json");
+    EXPECT_HAS(std::string(e.what()), "not valid JSON");
+  }
+}
+
+}  // namespace
+}  // namespace lca::test

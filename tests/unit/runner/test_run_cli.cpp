@@ -1,0 +1,111 @@
+// The same runs as a user starts them: lcahost --matrix FILE --out/--resume/--dry-run, with the
+// exit status the shell sees (0 healthy, 3 when a cell FAILed, 2 for a bad command line).
+#include "run_support.hpp"
+#include "subprocess.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace lca::test {
+namespace {
+
+class RunCli : public ::testing::Test {
+ protected:
+  RunCli() {
+    folder_.with_masks().with_reference().with_cases({"good", "oom", "wrong_numbers"});
+    write_text(work_ / "tiny.json", kTinySpec);
+  }
+  ProcessResult lcahost(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--threads", "1"});
+    return run_lcahost(folder_.path(), args);
+  }
+  PluginFolder folder_;
+  TempDir work_;
+};
+
+TEST_F(RunCli, HealthyRunExitsZeroAndWritesBothFiles) {
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--out", (work_ / "out.jsonl").string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const Records rec = read_records(work_ / "out.jsonl");
+  EXPECT_EQ(rec.cells.size(), 16u);
+  for (const auto& c : rec.cells) EXPECT_TRUE(c["status"] == "ok" || c["status"] == "X") << c.dump();
+  ASSERT_EQ(rec.runs.size(), 1u);
+  for (const char* key : {"host", "git_revision", "plugins", "matrix"}) EXPECT_TRUE(rec.runs[0].contains(key)) << key;
+  EXPECT_EQ(read_lines(work_ / "out.csv").size(), 17u);
+  EXPECT_NE(r.out.find("summary: X=4 ok=12"), std::string::npos) << r.out;
+}
+
+TEST_F(RunCli, ResumeAppendsOnlyTheRest) {
+  const auto out = work_ / "out.jsonl";
+  ASSERT_EQ(lcahost({"--matrix", (work_ / "tiny.json").string(), "--out", out.string()}).exit_code, 0);
+  const auto lines = read_lines(out);
+  // Keep the run record and 7 cells, as if the run had been killed there.
+  std::string head;
+  for (int i = 0; i < 8; ++i) head += lines[i] + "\n";
+  write_text(out, head);
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--resume", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("7 already in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("9/9"), std::string::npos) << "only the 9 missing cells ran\n" << r.out;
+  const Records rec = read_records(out);
+  EXPECT_EQ(rec.cells.size(), 16u);
+  std::set<std::string> keys;
+  for (const auto& c : rec.cells) keys.insert(cell_key(c));
+  EXPECT_EQ(keys.size(), 16u);
+  EXPECT_EQ(read_lines(out).size(), 8u + 1 + 9 + 1) << "kept lines, a run record, 9 cells, a summary";
+}
+
+TEST_F(RunCli, TornLastLineIsToleratedByResume) {
+  const auto out = work_ / "out.jsonl";
+  ASSERT_EQ(lcahost({"--matrix", (work_ / "tiny.json").string(), "--out", out.string()}).exit_code, 0);
+  const auto lines = read_lines(out);
+  // Truncate mid-line: 4 whole cells, then 60 bytes of the 5th.
+  write_text(out, lines[0] + "\n" + lines[1] + "\n" + lines[2] + "\n" + lines[3] + "\n" + lines[4] + "\n" +
+                      lines[5].substr(0, 60));
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--resume", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("4 already in"), std::string::npos) << r.out;
+  const Records rec = read_records(out);
+  std::set<std::string> keys;
+  for (const auto& c : rec.cells) keys.insert(cell_key(c));
+  EXPECT_EQ(keys.size(), 16u);
+  EXPECT_EQ(rec.cells.size(), 16u);
+}
+
+TEST_F(RunCli, WrongNumbersExitThree) {
+  write_text(work_ / "wrong.json", R"({"kernels": ["fx_wrong", "fx_oom", "fx_good"], "masks": ["causal"],
+      "seqlens": [32], "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"],
+      "warmup": 0, "repeats": 1})");
+  const auto r = lcahost({"--matrix", (work_ / "wrong.json").string(), "--out", (work_ / "w.jsonl").string()});
+  EXPECT_EQ(r.exit_code, 3) << describe(r);
+  const Records rec = read_records(work_ / "w.jsonl");
+  ASSERT_EQ(rec.cells.size(), 3u);
+  EXPECT_EQ(rec.cells[0]["status"], "FAIL");
+  EXPECT_EQ(rec.cells[1]["status"], "E");
+  EXPECT_EQ(rec.cells[2]["status"], "ok") << "the run went on";
+  EXPECT_NE(r.out.find("FAIL=1"), std::string::npos) << r.out;
+}
+
+TEST_F(RunCli, OutOfMemoryAloneIsHealthy) {
+  write_text(work_ / "oom.json", R"({"kernels": ["fx_oom"], "masks": ["causal"], "seqlens": [32],
+      "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd", "bwd"]})");
+  const auto r = lcahost({"--matrix", (work_ / "oom.json").string()});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("E=1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no-backward"), std::string::npos) << r.out;
+}
+
+TEST_F(RunCli, DryRunPrintsSkipReasonsAndWritesNothing) {
+  const auto out = work_ / "dry.jsonl";
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--out", out.string(), "--dry-run"});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(work_ / "dry.csv"));
+  EXPECT_NE(r.out.find("16 cells"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no-gqa"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("summary"), std::string::npos) << "nothing ran\n" << r.out;
+}
+
+}  // namespace
+}  // namespace lca::test

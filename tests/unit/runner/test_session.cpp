@@ -1,0 +1,313 @@
+// run_session in process: every cell of a tiny matrix is recorded with its measurements and its
+// check; skipped cells are X with a reason; E and FAIL are results and the run goes on.
+#include "core/report/results.hpp"
+#include "core/run/session.hpp"
+#include "run_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+
+namespace lca::test {
+namespace {
+
+using nlohmann::json;
+
+class Session : public ::testing::Test {
+ protected:
+  Session() {
+    folder_.with_masks().with_reference().with_cases({"good", "oom", "wrong_numbers"});
+    registry_ = std::make_unique<core::Registry>(core::Registry::load(folder_.path()));
+    masks_ = std::make_unique<core::MaskSource>(*registry_);
+    backend_ = core::make_cpu_backend();
+  }
+  core::SessionSummary run(const std::string& spec_text, core::SessionOptions options = {}) {
+    const auto spec = core::parse_matrix_spec(json::parse(spec_text), "/specs/tiny.json");
+    output_.str("");
+    return core::run_session(*registry_, *masks_, spec, {{"cpu", backend_.get()}}, {}, options, output_);
+  }
+  core::SessionOptions to(const fs::path& out) {
+    core::SessionOptions o;
+    o.out = out;
+    o.threads = 1;
+    return o;
+  }
+
+  PluginFolder folder_;
+  TempDir results_;
+  std::unique_ptr<core::Registry> registry_;
+  std::unique_ptr<core::MaskSource> masks_;
+  std::unique_ptr<core::Backend> backend_;
+  std::ostringstream output_;
+};
+
+TEST_F(Session, EveryCellIsRecordedWithItsMeasurements) {
+  const auto out = results_ / "tiny.jsonl";
+  const auto summary = run(kTinySpec, to(out));
+  EXPECT_EQ(summary.cells, 16u);
+  EXPECT_EQ(summary.counts.at("ok"), 12);
+  EXPECT_EQ(summary.counts.at("X"), 4);
+  EXPECT_TRUE(summary.healthy());
+
+  const Records rec = read_records(out);
+  EXPECT_EQ(rec.unparseable, 0);
+  ASSERT_EQ(rec.runs.size(), 1u);
+  EXPECT_EQ(rec.runs[0]["cells"], 16);
+  EXPECT_EQ(rec.runs[0]["matrix"]["seed"], 7);
+  ASSERT_EQ(rec.summaries.size(), 1u);
+  EXPECT_EQ(rec.summaries[0]["counts"]["ok"], 12);
+  ASSERT_EQ(rec.cells.size(), 16u);
+  EXPECT_EQ(json::parse(read_lines(out).front())["type"], "run") << "the run record comes first";
+  EXPECT_EQ(json::parse(read_lines(out).back())["type"], "summary") << "and the summary last";
+
+  std::set<std::string> keys;
+  for (const auto& c : rec.cells) {
+    SCOPED_TRACE(c.dump());
+    keys.insert(cell_key(c));
+    const bool bwd = c["pass"] == "bwd";
+    if (c["kernel"] == "fx_good" && c["heads_q"] == 4) {
+      EXPECT_EQ(c["status"], "X");
+      EXPECT_EQ(c["reason"], "no-gqa");
+      EXPECT_FALSE(c.contains("time_ms"));
+      continue;
+    }
+    ASSERT_EQ(c["status"], "ok");
+    // FLOPs from the unmasked area only: 4 * area * head_dim * heads_q, x2.5 backward.
+    const int64_t area = c["mask"] == "full" ? 64 * 64 : 64 * 65 / 2;
+    EXPECT_EQ(c["area"], area);
+    EXPECT_DOUBLE_EQ(c["flops"].get<double>(), (bwd ? 2.5 : 1.0) * 4.0 * area * 16 * c["heads_q"].get<int>());
+    EXPECT_GT(c["tflops"].get<double>(), 0);
+    EXPECT_EQ(c["time_ms"]["all"].size(), 2u);
+    EXPECT_LE(c["time_ms"]["min"].get<double>(), c["time_ms"]["median"].get<double>());
+    EXPECT_LE(c["time_ms"]["median"].get<double>(), c["time_ms"]["max"].get<double>());
+    EXPECT_GT(c["total_peak_bytes"].get<size_t>(), 0u);
+    if (c["kernel"] == "fx_good") EXPECT_GE(c["attn_peak_bytes"].get<size_t>(), 64u * 64u) << "its dense mask";
+    ASSERT_TRUE(c.contains("check"));
+    EXPECT_TRUE(c["check"]["ran"].get<bool>());
+    EXPECT_TRUE(c["check"]["passed"].get<bool>());
+    const auto& errors = c["check"]["errors"];
+    for (const char* t : {"o", "lse"}) {
+      ASSERT_TRUE(errors.contains(t)) << t;
+      EXPECT_LT(errors[t]["rel_l2"].get<double>(), 1e-4);
+      EXPECT_EQ(errors[t]["non_finite"], 0);
+    }
+    for (const char* t : {"dq", "dk", "dv"}) EXPECT_EQ(errors.contains(t), bwd) << t;
+  }
+  EXPECT_EQ(keys.size(), 16u);
+
+  // The CSV twin: a header and one row a cell, in the same order.
+  const auto csv = read_lines(results_ / "tiny.csv");
+  ASSERT_EQ(csv.size(), 17u);
+  EXPECT_EQ(csv[0].rfind("kernel,device,mask,seqlen,heads_q,heads_kv,head_dim,dtype,pass,status,", 0), 0u) << csv[0];
+  int ok_rows = 0;
+  for (size_t i = 1; i < csv.size(); ++i) {
+    EXPECT_EQ(csv[i].rfind(rec.cells[i - 1]["kernel"].get<std::string>() + ",cpu,", 0), 0u) << csv[i];
+    ok_rows += csv[i].find(",ok,") != std::string::npos;
+  }
+  EXPECT_EQ(ok_rows, 12);
+
+  // The terminal table: a row per cell and the summary line.
+  EXPECT_NE(output_.str().find("16/16"), std::string::npos) << output_.str();
+  EXPECT_NE(output_.str().find("summary: X=4 ok=12"), std::string::npos) << output_.str();
+}
+
+TEST_F(Session, ResumeRunsOnlyWhatIsMissing) {
+  const auto full = results_ / "full.jsonl";
+  run(kTinySpec, to(full));
+  const auto lines = read_lines(full);
+  ASSERT_EQ(lines.size(), 18u);  // run, 16 cells, summary
+
+  // A run that stopped after 5 cells.
+  const auto partial = results_ / "partial.jsonl";
+  std::string head;
+  for (int i = 0; i < 6; ++i) head += lines[i] + "\n";
+  write_text(partial, head);
+  auto o = to(partial);
+  o.resume = true;
+  const auto summary = run(kTinySpec, o);
+  EXPECT_EQ(summary.resumed, 5u);
+  int ran = 0;
+  for (const auto& [status, n] : summary.counts) ran += n;
+  EXPECT_EQ(ran, 11);
+  EXPECT_EQ(read_text(partial).rfind(head, 0), 0u) << "what was there is kept, new lines are appended";
+
+  const Records rec = read_records(partial);
+  EXPECT_EQ(rec.unparseable, 0);
+  EXPECT_EQ(rec.runs.size(), 2u);
+  EXPECT_EQ(rec.runs[1]["resumed"], 5);
+  ASSERT_EQ(rec.cells.size(), 16u);
+  std::set<std::string> keys;
+  for (const auto& c : rec.cells) keys.insert(cell_key(c));
+  EXPECT_EQ(keys.size(), 16u) << "no cell twice, none missing";
+
+  // Resuming a complete file runs nothing.
+  const auto again = run(kTinySpec, o);
+  EXPECT_EQ(again.resumed, 16u);
+  EXPECT_TRUE(again.counts.empty());
+  EXPECT_EQ(read_records(partial).cells.size(), 16u);
+}
+
+TEST_F(Session, ResumeToleratesATornLastLine) {
+  const auto full = results_ / "full.jsonl";
+  run(kTinySpec, to(full));
+  const auto lines = read_lines(full);
+  // A crash in the middle of writing the 4th cell: 3 whole cells and half a line.
+  const auto torn = results_ / "torn.jsonl";
+  write_text(torn, lines[0] + "\n" + lines[1] + "\n" + lines[2] + "\n" + lines[3] + "\n" +
+                       lines[4].substr(0, lines[4].size() / 2));
+  auto o = to(torn);
+  o.resume = true;
+  core::SessionSummary summary;
+  ASSERT_NO_THROW(summary = run(kTinySpec, o));
+  EXPECT_EQ(summary.resumed, 3u);
+  const auto cells = core::read_cell_results(torn);
+  std::set<std::string> keys;
+  for (const auto& c : cells) keys.insert(c.cell.key());
+  EXPECT_EQ(keys.size(), 16u) << "the torn cell ran again";
+  EXPECT_EQ(cells.size(), 16u);
+}
+
+// CORE BUG (core/report/results.cpp, ResultsWriter): resuming a file whose last line is torn
+// appends the new run record to the torn fragment on the same line, so the resumed run's
+// record (environment, matrix, resumed count) is unreadable and lost. Fix: when opening in
+// append mode, write "\n" first if the file is non-empty and does not end with '\n'.
+// Enable once fixed.
+TEST_F(Session, DISABLED_ResumeAfterATornLineKeepsTheNewRunRecord) {
+  const auto full = results_ / "full.jsonl";
+  run(kTinySpec, to(full));
+  const auto lines = read_lines(full);
+  const auto torn = results_ / "torn.jsonl";
+  write_text(torn, lines[0] + "\n" + lines[1] + "\n" + lines[2].substr(0, 40));
+  auto o = to(torn);
+  o.resume = true;
+  run(kTinySpec, o);
+  const Records rec = read_records(torn);
+  EXPECT_EQ(rec.unparseable, 1) << "only the torn fragment";
+  EXPECT_EQ(rec.runs.size(), 2u) << "the resumed run's record survives";
+}
+
+TEST_F(Session, OutOfMemoryIsEAndTheRunGoesOn) {
+  const auto out = results_ / "oom.jsonl";
+  const auto summary = run(R"({"kernels": ["fx_oom", "fx_good"], "masks": ["causal"], "seqlens": [32],
+      "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 0, "repeats": 1})",
+                           to(out));
+  EXPECT_EQ(summary.counts.at("E"), 1);
+  EXPECT_EQ(summary.counts.at("ok"), 1);
+  EXPECT_TRUE(summary.healthy()) << "E is a result, not a failure of the run";
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.cells.size(), 2u);
+  EXPECT_EQ(rec.cells[0]["kernel"], "fx_oom");
+  EXPECT_EQ(rec.cells[0]["status"], "E");
+  EXPECT_NE(rec.cells[0]["reason"].get<std::string>().find("deliberately out of memory"), std::string::npos);
+  EXPECT_FALSE(rec.cells[0].contains("time_ms"));
+  EXPECT_EQ(rec.cells[1]["status"], "ok");
+  EXPECT_EQ(backend_->current_bytes(), 0u) << "every buffer of the failed cell went back";
+}
+
+TEST_F(Session, WrongNumbersFail) {
+  const auto out = results_ / "wrong.jsonl";
+  const auto summary = run(R"({"kernels": ["fx_wrong", "fx_good"], "masks": ["full"], "seqlens": [32],
+      "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 0, "repeats": 1})",
+                           to(out));
+  EXPECT_EQ(summary.counts.at("FAIL"), 1);
+  EXPECT_EQ(summary.counts.at("ok"), 1);
+  EXPECT_FALSE(summary.healthy());
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.cells.size(), 2u);
+  const auto& fail = rec.cells[0];
+  EXPECT_EQ(fail["status"], "FAIL");
+  EXPECT_FALSE(fail["check"]["passed"].get<bool>());
+  EXPECT_GT(fail["check"]["errors"]["o"]["rel_l2"].get<double>(), fail["check"]["tolerance"].get<double>());
+  EXPECT_NE(fail["reason"].get<std::string>().find("outside tolerance"), std::string::npos);
+  EXPECT_TRUE(fail.contains("time_ms")) << "a FAIL cell is still timed";
+}
+
+TEST_F(Session, HostOutOfMemoryIsE) {
+  auto tiny = core::make_cpu_backend(1024);  // less than Q alone
+  core::Runner runner(*registry_, *masks_, {{"cpu", tiny.get()}}, core::RunnerOptions{});
+  core::Cell cell;
+  cell.kernel = "fx_good";
+  cell.device = "cpu";
+  cell.mask = core::MaskSpec::parse("causal");
+  cell.seqlen = 64;
+  cell.heads = {2, 2};
+  cell.head_dim = 16;
+  cell.dtype = "f32";
+  cell.pass = "fwd";
+  const auto r = runner.run_cell(cell);
+  EXPECT_EQ(r.status, "E");
+  EXPECT_NE(r.reason.find("out of memory allocating"), std::string::npos) << r.reason;
+  EXPECT_EQ(tiny->current_bytes(), 0u);
+
+  cell.device = "cuda";  // no backend for it in this run
+  EXPECT_EQ(runner.run_cell(cell).status, "X");
+}
+
+TEST_F(Session, UncheckedWithoutAReference) {
+  PluginFolder bare;
+  bare.with_masks().with_case("good");
+  const auto reg = core::Registry::load(bare.path());
+  core::MaskSource masks(reg);
+  core::Runner runner(reg, masks, {{"cpu", backend_.get()}}, core::RunnerOptions{});
+  core::Cell cell{"fx_good", "cpu", core::MaskSpec::parse("causal"), 32, {1, 1}, 16, "f32", "fwd", ""};
+  const auto r = runner.run_cell(cell);
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_FALSE(r.check.ran);
+  EXPECT_NE(r.reason.find("unchecked"), std::string::npos) << r.reason;
+}
+
+TEST_F(Session, DryRunWritesNothing) {
+  const auto out = results_ / "dry.jsonl";
+  auto o = to(out);
+  o.dry_run = true;
+  const auto summary = run(kTinySpec, o);
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(results_ / "dry.csv"));
+  EXPECT_EQ(summary.counts.at("plan"), 12);
+  EXPECT_EQ(summary.counts.at("X"), 4);
+  EXPECT_NE(output_.str().find("no-gqa"), std::string::npos) << output_.str();
+}
+
+TEST(ResultsFile, CellRecordsRoundTrip) {
+  core::CellResult r;
+  r.cell = core::Cell{"k", "cpu", core::MaskSpec::parse("sliding_window:window=8"), 128, {4, 2}, 64, "bf16", "bwd", ""};
+  r.status = "ok";
+  r.times_ms = {1.0, 2.0, 3.0};
+  r.median_ms = 2.0;
+  r.min_ms = 1.0;
+  r.max_ms = 3.0;
+  r.area = 1234;
+  r.flops = 5.0e6;
+  r.tflops = 2.5e-6;
+  r.attn_peak_bytes = 77;
+  r.total_peak_bytes = 99;
+  r.check.ran = true;
+  r.check.passed = true;
+  r.check.tolerance = 1e-2;
+  r.check.errors["o"] = core::ErrorStats{1e-3, 2e-3, 0, 10};
+  const auto back = core::CellResult::from_json(r.to_json());
+  EXPECT_EQ(back.cell.key(), r.cell.key());
+  EXPECT_EQ(back.status, "ok");
+  EXPECT_EQ(back.times_ms, r.times_ms);
+  EXPECT_DOUBLE_EQ(back.median_ms, 2.0);
+  EXPECT_EQ(back.area, 1234);
+  EXPECT_EQ(back.attn_peak_bytes, 77u);
+  EXPECT_TRUE(back.check.ran);
+  EXPECT_DOUBLE_EQ(back.check.errors.at("o").rel_l2, 1e-3);
+}
+
+TEST(ResultsFile, MissingFileHasNoCells) {
+  EXPECT_TRUE(core::completed_cell_keys("/nonexistent/results.jsonl").empty());
+}
+
+TEST(ResultsFile, Formatting) {
+  EXPECT_EQ(core::format_duration(3725), "01:02:05");
+  EXPECT_EQ(core::format_duration(-1), "--:--:--");
+  EXPECT_EQ(core::format_bytes(512), "0.5K");
+  EXPECT_EQ(core::format_bytes(3u << 20), "3.0M");
+  EXPECT_EQ(core::format_bytes(size_t{3} << 30), "3.00G");
+}
+
+}  // namespace
+}  // namespace lca::test

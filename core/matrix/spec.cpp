@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <stdexcept>
+#include <type_traits>
 
 namespace lca::core {
 namespace {
@@ -14,6 +15,31 @@ namespace {
 [[noreturn]] void bad(const std::filesystem::path& source, const std::string& field,
                       const std::string& why) {
   throw std::runtime_error("matrix spec " + source.string() + ": field '" + field + "': " + why);
+}
+
+// nlohmann::json converts 64.7 to the int 64 and -1 to a huge unsigned; counts must be exact.
+template <class T>
+void require_exact(const nlohmann::json& v, const std::filesystem::path& source, const std::string& field) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (!v.is_number_integer()) bad(source, field, "must be an integer, found " + v.dump());
+    if constexpr (std::is_unsigned_v<T>) {
+      if (!v.is_number_unsigned() && v.get<int64_t>() < 0)
+        bad(source, field, "must not be negative, found " + v.dump());
+    }
+  }
+}
+
+// A scalar field, or fallback where it is absent.
+template <class T>
+T scalar_of(const nlohmann::json& doc, const char* field, const std::filesystem::path& source, T fallback) {
+  if (!doc.contains(field)) return fallback;
+  const auto& v = doc[field];
+  require_exact<T>(v, source, field);
+  try {
+    return v.get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    bad(source, field, std::string("has the wrong type: ") + e.what());
+  }
 }
 
 template <class T>
@@ -24,6 +50,11 @@ std::vector<T> list_of(const nlohmann::json& doc, const char* field,
     return fallback;
   }
   const auto& v = doc[field];
+  if (v.is_array()) {
+    for (const auto& item : v) require_exact<T>(item, source, field);
+  } else {
+    require_exact<T>(v, source, field);
+  }
   try {
     if (!v.is_array()) return {v.get<T>()};
     auto out = v.get<std::vector<T>>();
@@ -70,7 +101,7 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
 
   MatrixSpec s;
   s.source = source;
-  s.name = doc.value("name", source.stem().string());
+  s.name = scalar_of<std::string>(doc, "name", source, source.stem().string());
   s.kernels = list_of<std::string>(doc, "kernels", source, {"*"});
   if (doc.contains("exclude_kernels"))
     s.exclude_kernels = list_of<std::string>(doc, "exclude_kernels", source, {});
@@ -92,9 +123,16 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   for (const auto& h : list_of<std::string>(doc, "heads", source, {})) {
     HeadConfig hc;
     const auto colon = h.find(':');
+    // The whole text must be read: "4:2:1" and "64:8x" are not 4:2 and 64:8.
+    const auto exact_int = [&](const std::string& text) {
+      size_t used = 0;
+      const int n = std::stoi(text, &used);
+      if (used != text.size()) throw std::invalid_argument(text);
+      return n;
+    };
     try {
-      hc.heads_q = std::stoi(h.substr(0, colon));
-      hc.heads_kv = colon == std::string::npos ? hc.heads_q : std::stoi(h.substr(colon + 1));
+      hc.heads_q = exact_int(h.substr(0, colon));
+      hc.heads_kv = colon == std::string::npos ? hc.heads_q : exact_int(h.substr(colon + 1));
     } catch (const std::exception&) {
       bad(source, "heads", "'" + h + "' is not heads_q:heads_kv (e.g. \"64:8\")");
     }
@@ -113,13 +151,13 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   s.passes = list_of<std::string>(doc, "passes", source, {"fwd"});
   for (const auto& p : s.passes)
     if (p != "fwd" && p != "bwd") bad(source, "passes", "'" + p + "' is not fwd or bwd");
-  s.warmup = doc.value("warmup", 1);
-  s.repeats = doc.value("repeats", 3);
+  s.warmup = scalar_of<int>(doc, "warmup", source, 1);
+  s.repeats = scalar_of<int>(doc, "repeats", source, 3);
   if (s.warmup < 0) bad(source, "warmup", "must be >= 0");
   if (s.repeats < 1) bad(source, "repeats", "must be >= 1");
-  s.seed = doc.value("seed", uint64_t{42});
-  s.check = doc.value("check", true);
-  s.cell_timeout_s = doc.value("cell_timeout_s", 0.0);
+  s.seed = scalar_of<uint64_t>(doc, "seed", source, 42);
+  s.check = scalar_of<bool>(doc, "check", source, true);
+  s.cell_timeout_s = scalar_of<double>(doc, "cell_timeout_s", source, 0.0);
   return s;
 }
 

@@ -2,8 +2,10 @@
 #include "core/plugin/manifest.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 namespace lca::core {
 namespace {
@@ -58,9 +60,13 @@ bool has_type(const nlohmann::json& v, const std::string& t) {
 
 std::string join_pointer(const std::string& base, const std::string& key) { return base + "/" + key; }
 
-int rank_failure(const SchemaViolation& v) {
+// How likely an alternative of the oneOf at `ptr` is the one the author meant. An alternative
+// whose discriminator (an enum) failed, or whose shape (the type at the oneOf's own pointer) did
+// not match, was not meant; among the others, the one that got deepest.
+int rank_failure(const SchemaViolation& v, const std::string& ptr) {
   const bool enum_mismatch = v.reason.rfind("value ", 0) == 0;
-  return (enum_mismatch ? 0 : 1000) + static_cast<int>(v.pointer.size());
+  const bool shape_mismatch = v.pointer == ptr && v.reason.rfind("expected ", 0) == 0;
+  return (enum_mismatch || shape_mismatch ? 0 : 1000) + static_cast<int>(v.pointer.size());
 }
 
 SchemaViolation validate_at(const nlohmann::json& doc, const nlohmann::json& schema,
@@ -81,12 +87,8 @@ SchemaViolation validate_at(const nlohmann::json& doc, const nlohmann::json& sch
     if (doc.get<double>() < it->get<double>()) return {ptr, "must be >= " + it->dump()};
   }
   if (doc.is_object()) {
-    if (auto it = schema.find("required"); it != schema.end()) {
-      for (const auto& key : *it) {
-        const auto k = key.get<std::string>();
-        if (!doc.contains(k)) return {join_pointer(ptr, k), "is required but missing"};
-      }
-    }
+    // Properties before required: a discriminator (the "kind" enum of a oneOf alternative) must
+    // fail first, so that an alternative the author did not mean is not blamed for its fields.
     const auto props = schema.find("properties");
     for (const auto& [key, value] : doc.items()) {
       if (props != schema.end() && props->contains(key)) {
@@ -95,6 +97,12 @@ SchemaViolation validate_at(const nlohmann::json& doc, const nlohmann::json& sch
       } else if (auto ap = schema.find("additionalProperties");
                  ap != schema.end() && ap->is_boolean() && !ap->get<bool>()) {
         return {join_pointer(ptr, key), "is not a known field"};
+      }
+    }
+    if (auto it = schema.find("required"); it != schema.end()) {
+      for (const auto& key : *it) {
+        const auto k = key.get<std::string>();
+        if (!doc.contains(k)) return {join_pointer(ptr, k), "is required but missing"};
       }
     }
   }
@@ -115,15 +123,103 @@ SchemaViolation validate_at(const nlohmann::json& doc, const nlohmann::json& sch
       auto v = validate_at(doc, alt, ptr);
       if (v.ok()) {
         ++matches;
-      } else if (first_failure.ok() || rank_failure(v) > rank_failure(first_failure)) {
-        // Report the alternative the author most likely meant: not one whose discriminator
-        // (an enum) failed, and the one that got deepest.
+      } else if (first_failure.ok() || rank_failure(v, ptr) > rank_failure(first_failure, ptr)) {
         first_failure = v;
       }
     }
     if (matches == 0) return first_failure;
   }
   return {};
+}
+
+// A scanner over text that nlohmann::json has already accepted, so it need not re-check syntax.
+size_t skip_ws(const std::string& text, size_t i) {
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  return i;
+}
+
+// i is at the opening quote; returns the offset after the closing one.
+size_t skip_string(const std::string& text, size_t i) {
+  for (++i; i < text.size(); ++i) {
+    if (text[i] == '\\') {
+      ++i;
+    } else if (text[i] == '"') {
+      return i + 1;
+    }
+  }
+  return text.size();
+}
+
+// i is at the first character of a value; returns the offset after it.
+size_t skip_value(const std::string& text, size_t i) {
+  if (i >= text.size()) return i;
+  if (text[i] == '"') return skip_string(text, i);
+  if (text[i] == '{' || text[i] == '[') {
+    int depth = 0;
+    while (i < text.size()) {
+      const char c = text[i];
+      if (c == '"') {
+        i = skip_string(text, i);
+        continue;
+      }
+      if (c == '{' || c == '[') ++depth;
+      if (c == '}' || c == ']') --depth;
+      ++i;
+      if (depth == 0) return i;
+    }
+    return i;
+  }
+  while (i < text.size() && std::string_view(",}] \t\r\n").find(text[i]) == std::string_view::npos) ++i;
+  return i;
+}
+
+// The line of the thing a JSON pointer names in text: the line of its key, or of the element for
+// an array index. Where the pointer leads to a missing member, the line of the deepest part that
+// exists; 0 when not even the first part exists.
+int line_of_pointer(const std::string& text, const std::string& pointer) {
+  size_t value = skip_ws(text, 0);  // the offset of the current value
+  size_t found = std::string::npos;  // the offset of the deepest key or element found
+  size_t begin = 1;
+  while (begin <= pointer.size() && !pointer.empty()) {
+    const size_t end = std::min(pointer.find('/', begin), pointer.size());
+    const std::string part = pointer.substr(begin, end - begin);
+    begin = end + 1;
+    if (value >= text.size()) break;
+    bool matched = false;
+    if (text[value] == '{') {
+      size_t i = skip_ws(text, value + 1);
+      while (i < text.size() && text[i] == '"') {
+        const size_t key_at = i;
+        const size_t key_end = skip_string(text, i);
+        const std::string key = text.substr(key_at + 1, key_end - key_at - 2);
+        i = skip_ws(text, key_end);
+        if (i < text.size() && text[i] == ':') i = skip_ws(text, i + 1);
+        if (key == part) {
+          found = key_at;
+          value = i;
+          matched = true;
+          break;
+        }
+        i = skip_ws(text, skip_value(text, i));
+        if (i < text.size() && text[i] == ',') i = skip_ws(text, i + 1);
+      }
+    } else if (text[value] == '[' && !part.empty() &&
+               std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      const size_t index = std::stoul(part);
+      size_t i = skip_ws(text, value + 1);
+      for (size_t n = 0; n < index && i < text.size() && text[i] != ']'; ++n) {
+        i = skip_ws(text, skip_value(text, i));
+        if (i < text.size() && text[i] == ',') i = skip_ws(text, i + 1);
+      }
+      if (i < text.size() && text[i] != ']') {
+        found = i;
+        value = i;
+        matched = true;
+      }
+    }
+    if (!matched) break;
+  }
+  return found == std::string::npos ? 0 : line_col_of_offset(text, found).first;
 }
 
 int parse_cc(const std::string& s) {
@@ -177,20 +273,8 @@ Manifest parse_manifest(const std::filesystem::path& file, const nlohmann::json&
   if (auto v = validate_schema(doc, schema); !v.ok()) {
     std::string field = v.pointer.empty() ? "" : v.pointer.substr(1);
     std::replace(field.begin(), field.end(), '/', '.');
-    // The line of the deepest named key in the pointer (numbers are array indices).
-    int line = 0;
-    std::string key = field;
-    while (!key.empty()) {
-      const auto dot = key.rfind('.');
-      const std::string last = dot == std::string::npos ? key : key.substr(dot + 1);
-      if (!last.empty() && !std::all_of(last.begin(), last.end(), ::isdigit)) {
-        line = line_of_key(text, last);
-        if (line > 0) break;
-      }
-      if (dot == std::string::npos) break;
-      key = key.substr(0, dot);
-    }
-    throw ManifestError(file, line, field, v.reason + " (see manifests/manifest.schema.json)");
+    throw ManifestError(file, line_of_pointer(text, v.pointer), field,
+                        v.reason + " (see manifests/manifest.schema.json)");
   }
 
   Manifest m;
@@ -207,7 +291,7 @@ Manifest parse_manifest(const std::filesystem::path& file, const nlohmann::json&
     m.abi_major = std::stoi(abi.substr(0, dot));
     m.abi_minor = dot == std::string::npos ? 0 : std::stoi(abi.substr(dot + 1));
   } catch (const std::exception&) {
-    throw ManifestError(file, line_of_key(text, "abi"), "abi",
+    throw ManifestError(file, line_of_pointer(text, "/abi"), "abi",
                         "'" + abi + "' is not MAJOR.MINOR (e.g. \"1.0\")");
   }
 
@@ -218,7 +302,7 @@ Manifest parse_manifest(const std::filesystem::path& file, const nlohmann::json&
       try {
         k.min_cc = parse_cc(doc["device"]["min_cc"].get<std::string>());
       } catch (const std::exception&) {
-        throw ManifestError(file, line_of_key(text, "min_cc"), "device.min_cc",
+        throw ManifestError(file, line_of_pointer(text, "/device/min_cc"), "device.min_cc",
                             "not a compute capability like \"9.0\"");
       }
     }

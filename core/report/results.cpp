@@ -2,6 +2,7 @@
 #include "core/report/results.hpp"
 
 #include <cmath>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
@@ -25,6 +26,18 @@ double max_rel_l2(const CellResult& r) {
   for (const auto& [name, s] : r.check.errors)
     if (name != "lse") m = std::max(m, s.rel_l2);
   return m;
+}
+
+// True where the file has a last line without its '\n' (a crash cut it short): a record
+// appended to it would join that fragment and be lost with it.
+bool ends_mid_line(const std::filesystem::path& file) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(file, ec);
+  if (ec || size == 0) return false;
+  std::ifstream in(file, std::ios::binary);
+  in.seekg(-1, std::ios::end);
+  char last = '\n';
+  return in.get(last) && last != '\n';
 }
 
 }  // namespace
@@ -51,11 +64,15 @@ ResultsWriter::ResultsWriter(const std::filesystem::path& jsonl, bool append) : 
   auto csv_path = jsonl;
   csv_path.replace_extension(".csv");
   const bool csv_existed = std::filesystem::exists(csv_path);
+  const bool jsonl_torn = append && ends_mid_line(jsonl);
+  const bool csv_torn = append && ends_mid_line(csv_path);
   const auto mode = append ? std::ios::app : std::ios::trunc;
   jsonl_.open(jsonl, std::ios::out | mode);
   if (!jsonl_) throw std::runtime_error("cannot write results file '" + jsonl.string() + "'");
+  if (jsonl_torn) jsonl_ << "\n" << std::flush;
   csv_.open(csv_path, std::ios::out | mode);
   if (!csv_) throw std::runtime_error("cannot write results file '" + csv_path.string() + "'");
+  if (csv_torn) csv_ << "\n" << std::flush;
   if (!append || !csv_existed) csv_ << kCsvHeader << std::flush;
 }
 

@@ -1,11 +1,12 @@
 # lca_add_plugin(NAME <name> MANIFEST <file.json> SOURCES <src...>
-#                [OUTPUT_DIR <dir>] [DATA <files...>] [LIBRARIES <targets...>])
+#                [OUTPUT_DIR <dir>] [DATA <files...>] [LIBRARIES <targets...>] [NO_INSTALL])
 # Builds lib<lca_NAME>.so as a MODULE with hidden visibility (only lca_plugin_entry is exported)
 # and puts the manifest (and DATA files, under data/) beside it, in the build tree and on install.
+# NO_INSTALL: build tree only, no install rules (test fixtures, deliberately broken plugins).
 include_guard(GLOBAL)
 
 function(lca_add_plugin)
-  cmake_parse_arguments(P "" "NAME;MANIFEST;OUTPUT_DIR" "SOURCES;DATA;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(P "NO_INSTALL" "NAME;MANIFEST;OUTPUT_DIR" "SOURCES;DATA;LIBRARIES" ${ARGN})
   if(NOT P_NAME OR NOT P_MANIFEST OR NOT P_SOURCES)
     message(FATAL_ERROR "lca_add_plugin: NAME, MANIFEST and SOURCES are required")
   endif()
@@ -38,6 +39,9 @@ function(lca_add_plugin)
       COMMAND ${CMAKE_COMMAND} -E make_directory ${P_OUTPUT_DIR}/data
       COMMAND ${CMAKE_COMMAND} -E copy_if_different ${data_abs} ${P_OUTPUT_DIR}/data/${data_name})
   endforeach()
+  if(P_NO_INSTALL)
+    return()
+  endif()
   if(NOT DEFINED LCA_INSTALL_PLUGIN_DIR)
     set(LCA_INSTALL_PLUGIN_DIR lib/lca/plugins)
   endif()

@@ -98,11 +98,8 @@ TEST_F(Cli, EachRefusalIsOneWarningLine) {
   EXPECT_LACKS(r.out, "refused") << "warnings go to stderr, the table to stdout";
 }
 
-// APP BUG (apps/lcahost/commands.cpp report_refusals + core/plugin/registry.cpp Registry::load):
-// every refusal is logged twice on stderr by caps, masks and a run: Registry::load already
-// warns for each refused manifest and plugin, and report_refusals() warns again. Fix: drop one
-// of the two (log at debug level in Registry::load, or remove report_refusals). Enable once fixed.
-TEST_F(Cli, DISABLED_EachRefusalIsWarnedOnce) {
+// Registry::load warns once for each refused manifest and plugin; the commands must not warn again.
+TEST_F(Cli, EachRefusalIsWarnedOnce) {
   const auto r = lcahost({"caps"});
   for (const char* file : {"fx_no_entry.json", "fx_abi2.json", "fx_name_mismatch.json", "fx_bad_syntax.json"}) {
     int lines = 0;

@@ -149,12 +149,9 @@ TEST_F(ManifestFile, MissingTopLevelField) {
   EXPECT_NE(e.reason().find("missing"), std::string::npos);
 }
 
-// CORE BUG (core/plugin/manifest.cpp, validate_at): a missing kind-specific field ("dtypes" of a
-// kernel) is reported as "patterns" (the mask_provider alternative of the top-level oneOf),
-// because "required" is checked before the "kind" enum of each alternative. Fix: check
-// "properties" (the discriminator) before "required" in validate_at, or in the oneOf branch
-// prefer alternatives whose properties validate. Enable once fixed.
-TEST_F(ManifestFile, DISABLED_MissingKernelFieldIsNamed) {
+// A missing kind-specific field is named, not a field of another kind's oneOf alternative:
+// each alternative's "kind" enum is checked before its required list.
+TEST_F(ManifestFile, MissingKernelFieldIsNamed) {
   for (const char* field : {"dtypes", "head_dims", "gqa", "masks", "device"}) {
     ManifestError e = refuse(kernel_text({}, {field}));
     EXPECT_EQ(e.field(), field);
@@ -207,12 +204,9 @@ TEST_F(ManifestFile, BadValuesNameTheField) {
   EXPECT_EQ(e.field(), "limits.max_seqlen");
 }
 
-// CORE BUG (minor; core/plugin/manifest.cpp, rank_failure): "masks": [] is refused with the
-// reason of the wrong oneOf alternative, "expected string, found array", instead of "needs at
-// least 1 item(s)": both alternatives fail at the same pointer, and a tie keeps the first. Fix:
-// rank a type mismatch at the oneOf's own pointer as low as an enum mismatch (the alternative's
-// shape did not match, so the author did not mean it). Enable once fixed.
-TEST_F(ManifestFile, DISABLED_EmptyMaskListSaysItIsEmpty) {
+// Both alternatives of "masks" fail at the same pointer; the string one's type did not match,
+// so the array one's reason is given.
+TEST_F(ManifestFile, EmptyMaskListSaysItIsEmpty) {
   ManifestError e = refuse(kernel_text({{"masks", "[]"}}));
   EXPECT_EQ(e.field(), "masks");
   EXPECT_NE(e.reason().find("at least 1"), std::string::npos) << e.what();
@@ -256,12 +250,9 @@ TEST_F(ManifestFile, MaskProviderAndCpStrategy) {
   EXPECT_EQ(e.field(), "devices.0");
 }
 
-// CORE BUG (core/plugin/manifest.cpp, parse_manifest): the line of a field deep in the document
-// is the line of the FIRST occurrence of its last key anywhere in the text (line_of_key), so an
-// error in the second pattern points at the first pattern (or at the top-level "name"). Fix:
-// resolve the line by walking the pointer, searching each key from the offset of the previous
-// one (array indices: count elements), instead of searching the whole text. Enable once fixed.
-TEST_F(ManifestFile, DISABLED_LineOfANestedFieldIsItsOwn) {
+// The line of a nested field is found by walking its pointer, not by the first occurrence of
+// its last key anywhere in the file.
+TEST_F(ManifestFile, LineOfANestedFieldIsItsOwn) {
   ManifestError e = refuse(
       "{\n"
       "  \"name\": \"p\", \"kind\": \"mask_provider\", \"version\": \"1\", \"abi\": \"1.0\", \"library\": \"libp.so\",\n"

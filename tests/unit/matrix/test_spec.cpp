@@ -133,12 +133,8 @@ TEST(MatrixSpec, OtherBadFields) {
   EXPECT_HAS(refusal(json::array()), "JSON object");
 }
 
-// CORE BUG (core/matrix/spec.cpp, parse_matrix_spec): a scalar field of the wrong type
-// ("warmup": "3", "check": "yes", "name": 5, "cell_timeout_s": "2") escapes as a bare
-// nlohmann::json::type_error ("type must be number, but is string"), naming neither the file
-// nor the field; lcahost prints just that. Fix: read scalars through a helper like list_of that
-// catches nlohmann::json::exception and calls bad(source, field, ...). Enable once fixed.
-TEST(MatrixSpec, DISABLED_ScalarOfTheWrongTypeNamesTheField) {
+// A scalar of the wrong type is refused with the file and the field, not a bare JSON error.
+TEST(MatrixSpec, ScalarOfTheWrongTypeNamesTheField) {
   for (const auto& [field, value] : std::vector<std::pair<const char*, json>>{
            {"warmup", "3"}, {"repeats", "many"}, {"check", "yes"}, {"name", 5}, {"cell_timeout_s", "2"}, {"seed", "x"}}) {
     const std::string m = refusal(with(field, value));
@@ -146,11 +142,8 @@ TEST(MatrixSpec, DISABLED_ScalarOfTheWrongTypeNamesTheField) {
   }
 }
 
-// CORE BUG (minor; core/matrix/spec.cpp): "heads": "4:2:1" is read as 4:2 and "64:8x" as 64:8
-// (std::stoi stops at the first non-digit), and a head_dim of 64.7 becomes 64. Fix: require
-// that stoi consumed the whole text (its pos argument) and that head_dims are integers.
-// Enable once fixed.
-TEST(MatrixSpec, DISABLED_HeadsAndHeadDimsMustBeExact) {
+// "4:2:1" and "64:8x" are not 4:2 and 64:8, and a head_dim of 64.7 is not 64.
+TEST(MatrixSpec, HeadsAndHeadDimsMustBeExact) {
   EXPECT_HAS(refusal(with("heads", {"4:2:1"})), "'heads'");
   EXPECT_HAS(refusal(with("heads", {"64:8x"})), "'heads'");
   EXPECT_HAS(refusal(with("head_dims", {64.7})), "'head_dims'");

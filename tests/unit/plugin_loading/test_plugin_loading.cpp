@@ -78,12 +78,8 @@ TEST(Refusal, ManifestMissingFieldSaysMissing) {
   EXPECT_HAS(m, "missing");
 }
 
-// CORE BUG (core/plugin/manifest.cpp, validate_at): a kernel manifest without "dtypes" is
-// refused as "field 'patterns': is required but missing". validate_at checks "required" before
-// "properties", so inside the top-level oneOf every kind's alternative fails on its own
-// required list before its "kind" enum is looked at; rank_failure then prefers the mask_provider
-// alternative (longest pointer). Enable once fixed.
-TEST(Refusal, DISABLED_ManifestMissingFieldNamesTheField) {
+// A kernel manifest without "dtypes" names "dtypes", not a field of another kind ("patterns").
+TEST(Refusal, ManifestMissingFieldNamesTheField) {
   const std::string m = manifest_refusal("manifest_missing_field", "fx_missing_dtypes.json");
   EXPECT_HAS(m, "'dtypes'");
   EXPECT_EQ(m.find("patterns"), std::string::npos) << m;

@@ -168,12 +168,9 @@ TEST_F(Session, ResumeToleratesATornLastLine) {
   EXPECT_EQ(cells.size(), 16u);
 }
 
-// CORE BUG (core/report/results.cpp, ResultsWriter): resuming a file whose last line is torn
-// appends the new run record to the torn fragment on the same line, so the resumed run's
-// record (environment, matrix, resumed count) is unreadable and lost. Fix: when opening in
-// append mode, write "\n" first if the file is non-empty and does not end with '\n'.
-// Enable once fixed.
-TEST_F(Session, DISABLED_ResumeAfterATornLineKeepsTheNewRunRecord) {
+// Resuming a file whose last line is torn starts on a new line, so the resumed run's record
+// does not join the fragment and get lost with it.
+TEST_F(Session, ResumeAfterATornLineKeepsTheNewRunRecord) {
   const auto full = results_ / "full.jsonl";
   run(kTinySpec, to(full));
   const auto lines = read_lines(full);

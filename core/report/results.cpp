@@ -135,7 +135,7 @@ void TablePrinter::header() {
   out_ << "#\n"
        << "# " << std::left << std::setw(9) << "cell" << std::setw(16) << "kernel" << std::setw(26) << "mask"
        << std::right << std::setw(8) << "seqlen" << std::setw(7) << "heads" << std::setw(5) << "dim"
-       << std::setw(6) << "dtype" << std::setw(5) << "pass" << std::setw(7) << "status" << std::setw(11)
+       << std::setw(6) << "dtype" << std::setw(5) << "pass" << std::setw(8) << "status" << std::setw(11)
        << "median_ms" << std::setw(10) << "TFLOP/s" << std::setw(9) << "peak" << std::setw(10) << "rel_err"
        << "  " << std::left << std::setw(9) << "eta" << "note\n" << std::right << std::flush;
 }
@@ -149,7 +149,7 @@ void TablePrinter::row(size_t index, size_t total, const CellResult& r, double, 
   std::string kernel = c.kernel.size() > 15 ? c.kernel.substr(0, 14) + "~" : c.kernel;
   out_ << "  " << std::left << std::setw(9) << pos.str() << std::setw(16) << kernel << std::setw(26) << mask
        << std::right << std::setw(8) << c.seqlen << std::setw(7) << c.heads.label() << std::setw(5)
-       << c.head_dim << std::setw(6) << c.dtype << std::setw(5) << c.pass << std::setw(7) << r.status;
+       << c.head_dim << std::setw(6) << c.dtype << std::setw(5) << c.pass << std::setw(8) << r.status;
   const bool timed = r.status == "ok" || r.status == "FAIL";
   if (timed) {
     // CPU cells run at GFLOP/s: keep three significant digits instead of printing 0.00.

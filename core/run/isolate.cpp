@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -68,7 +69,9 @@ CellResult run_isolated(const std::vector<std::string>& argv_prefix, const Cell&
   r.seconds = seconds;
   if (timed_out) {
     r.status = "TIMEOUT";
-    r.reason = "no result within " + std::to_string(timeout_s) + " s; the child was killed";
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "no result within %g s; the cell's process was killed", timeout_s);
+    r.reason = buf;
     return r;
   }
   const auto pos = output.rfind(kResultMarker);

@@ -1,0 +1,276 @@
+// The flex_flash backward kernels (mma.sync, sm_80+). The main kernel runs one block of 4 warps
+// per (key tile of 64 rows, kv head): each warp owns 16 keys and accumulates their dK and dV in
+// registers over every query head of the group and every query tile of its key tile's runs
+// (Q, dO, LSE and delta double-buffered); dQ goes through shared memory (dS) and fp32 atomics.
+// A pre-pass computes delta = rowsum(dO * O), a post-pass scales dQ into the output dtype.
+// Used by launch_*.cu through run_backward<T, D>.
+// Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
+#pragma once
+
+#include "cuda_check.hpp"
+#include "device.cuh"
+#include "kernels.hpp"
+
+#include <cmath>
+
+namespace lca_flex_flash::dev {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <class T, int D>
+struct BwdSmem {
+  static constexpr int kTileBytes = SmemTile<T, D>::kBytes;
+  static constexpr int kDsOffset = 6 * kTileBytes;  // K, V, Q x2, dO x2
+  static constexpr int kRowOffset = kDsOffset + SmemTile<T, 64>::kBytes;
+  static constexpr int kBytes = kRowOffset + 4 * kTile * int(sizeof(float));  // LSE x2, delta x2
+};
+
+// The query tiles of every head of the group, in order.
+struct GroupCursor {
+  const DeviceSchedule* sched;
+  int32_t key_tile, head, group;
+  TileCursor tiles;
+  __device__ __forceinline__ GroupCursor(const DeviceSchedule* s, int32_t kt, int32_t grp)
+      : sched(s), key_tile(kt), head(0), group(grp), tiles(s->runs, s->run_offsets, kt) {
+    if (!tiles.valid()) head = group;  // no query tile reaches this key tile
+  }
+  __device__ __forceinline__ bool valid() const { return head < group; }
+  __device__ __forceinline__ void next() {
+    tiles.next();
+    if (!tiles.valid() && ++head < group) tiles = TileCursor(sched->runs, sched->run_offsets, key_tile);
+  }
+};
+
+template <class T, int D>
+__device__ __forceinline__ void load_query_side(const BwdParams& p, const SmemTile<T, D>& sq,
+                                                const SmemTile<T, D>& sdo, float* lse2, float* delta,
+                                                int hq, int64_t row0) {
+  sq.load_async(static_cast<const T*>(p.q) + hq * p.q_head, p.q_tok, row0, p.seqlen_q);
+  sdo.load_async(static_cast<const T*>(p.d_o) + hq * p.do_head, p.do_tok, row0, p.seqlen_q);
+  if (threadIdx.x < kTile) {
+    const int64_t row = row0 + threadIdx.x;
+    const bool valid = row < p.seqlen_q;
+    lse2[threadIdx.x] = valid ? p.lse[hq * p.lse_head + row * p.lse_tok] * kLog2e : INFINITY;
+    delta[threadIdx.x] = valid ? p.delta[hq * p.seqlen_q + row] : 0.f;
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(128) backward_kernel(const BwdParams p) {
+  using M = Mma<T>;
+  using S = BwdSmem<T, D>;
+  extern __shared__ __align__(128) char smem[];
+  const SmemTile<T, D> sk{smem}, sv{smem + S::kTileBytes};
+  // Buffers by arithmetic, not by indexing arrays of pointers (which would live in local memory).
+  auto sq = [&](int b) { return SmemTile<T, D>{smem + (2 + b) * S::kTileBytes}; };
+  auto sdo = [&](int b) { return SmemTile<T, D>{smem + (4 + b) * S::kTileBytes}; };
+  const SmemTile<T, 64> sds{smem + S::kDsOffset};
+  float* rows = reinterpret_cast<float*>(smem + S::kRowOffset);
+  auto lse2 = [&](int b) { return rows + b * kTile; };
+  auto delta = [&](int b) { return rows + (2 + b) * kTile; };
+
+  const int32_t k_tile = p.sched.order[blockIdx.x];
+  const int hk = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t k0 = int64_t{k_tile} * kTile;
+
+  sk.load_async(static_cast<const T*>(p.k) + hk * p.k_head, p.k_tok, k0, p.seqlen_k);
+  sv.load_async(static_cast<const T*>(p.v) + hk * p.v_head, p.v_tok, k0, p.seqlen_k);
+  GroupCursor cur(&p.sched, k_tile, p.group);
+  if (cur.valid())
+    load_query_side(p, sq(0), sdo(0), lse2(0), delta(0), hk * p.group + cur.head, int64_t{cur.tiles.tile} * kTile);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
+
+  int buf = 0;
+  while (cur.valid()) {
+    const int32_t mask = cur.tiles.mask();
+    const int hq = hk * p.group + cur.head;
+    const int64_t q0 = int64_t{cur.tiles.tile} * kTile;
+    GroupCursor nxt = cur;
+    nxt.next();
+    if (nxt.valid())
+      load_query_side(p, sq(buf ^ 1), sdo(buf ^ 1), lse2(buf ^ 1), delta(buf ^ 1), hk * p.group + nxt.head,
+                      int64_t{nxt.tiles.tile} * kTile);
+    cp_async_commit();
+
+    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x 64 queries.
+    float pt[8][4], dpt[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pt[n][e] = dpt[n][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t ka[4], va[4];
+      sk.a_frag(ka, warp * 16, ks * 16);
+      sv.a_frag(va, warp * 16, ks * 16);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t qb[4], ob[4];
+        sq(buf).b_frag_nk(qb, np * 16, ks * 16);
+        sdo(buf).b_frag_nk(ob, np * 16, ks * 16);
+        M::run(pt[2 * np], ka, qb[0], qb[1]);
+        M::run(pt[2 * np + 1], ka, qb[2], qb[3]);
+        M::run(dpt[2 * np], va, ob[0], ob[1]);
+        M::run(dpt[2 * np + 1], va, ob[2], ob[3]);
+      }
+    }
+    // P^T from the forward's LSE, then dS^T = P^T (dP^T - delta); key rows g and g + 8.
+    uint64_t w[2] = {~uint64_t{0}, ~uint64_t{0}};
+    if (mask >= 0) {
+      const uint64_t* bits = p.sched.bits + int64_t{mask} * kTile + warp * 16 + g;
+      w[0] = bits[0];
+      w[1] = bits[8];
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = n * 8 + 2 * t4 + (e & 1);
+        const bool visible = (w[e >> 1] >> col) & 1u;
+        const float prob = visible ? exp2f(pt[n][e] * p.scale_log2 - lse2(buf)[col]) : 0.f;
+        pt[n][e] = prob;
+        dpt[n][e] = prob * (dpt[n][e] - delta(buf)[col]);
+      }
+    // dV += P^T dO and dK += dS^T Q: the accumulators of query blocks 2kk, 2kk+1 are the A
+    // fragment of k-step kk.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t pa[4] = {M::pack(pt[2 * kk][0], pt[2 * kk][1]), M::pack(pt[2 * kk][2], pt[2 * kk][3]),
+                              M::pack(pt[2 * kk + 1][0], pt[2 * kk + 1][1]),
+                              M::pack(pt[2 * kk + 1][2], pt[2 * kk + 1][3])};
+      const uint32_t da[4] = {M::pack(dpt[2 * kk][0], dpt[2 * kk][1]), M::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
+                              M::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                              M::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t ob[4], qb[4];
+        sdo(buf).b_frag_kn(ob, kk * 16, dp * 16);
+        sq(buf).b_frag_kn(qb, kk * 16, dp * 16);
+        M::run(dv[2 * dp], pa, ob[0], ob[1]);
+        M::run(dv[2 * dp + 1], pa, ob[2], ob[3]);
+        M::run(dk[2 * dp], da, qb[0], qb[1]);
+        M::run(dk[2 * dp + 1], da, qb[2], qb[3]);
+      }
+    }
+    // dS (queries x keys) to shared memory for dQ = dS K.
+    T* ds = reinterpret_cast<T*>(sds.base);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = warp * 16 + g + 8 * (e >> 1), query = n * 8 + 2 * t4 + (e & 1);
+        ds[swizzled(query, key / 8, 8) * 8 + key % 8] = M::from_float(dpt[n][e]);
+      }
+    __syncthreads();
+    // dQ rows warp*16 .. +15, 32 columns at a time, into the fp32 accumulator.
+    uint32_t dsa[4][4];
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) sds.a_frag(dsa[ks], warp * 16, ks * 16);
+    const int64_t row_a = q0 + warp * 16 + g, row_b = row_a + 8;
+    float* acc_a = p.dq_accum + (row_a * p.heads_q + hq) * D + 2 * t4;
+    float* acc_b = p.dq_accum + (row_b * p.heads_q + hq) * D + 2 * t4;
+#pragma unroll
+    for (int dc = 0; dc < D / 32; ++dc) {
+      float acc[4][4];
+#pragma unroll
+      for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+        for (int dp = 0; dp < 2; ++dp) {
+          uint32_t kb[4];
+          sk.b_frag_kn(kb, ks * 16, dc * 32 + dp * 16);
+          M::run(acc[2 * dp], dsa[ks], kb[0], kb[1]);
+          M::run(acc[2 * dp + 1], dsa[ks], kb[2], kb[3]);
+        }
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        const int col = dc * 32 + n * 8;
+        if (row_a < p.seqlen_q) {
+          atomicAdd(acc_a + col, acc[n][0]);
+          atomicAdd(acc_a + col + 1, acc[n][1]);
+        }
+        if (row_b < p.seqlen_q) {
+          atomicAdd(acc_b + col, acc[n][2]);
+          atomicAdd(acc_b + col + 1, acc[n][3]);
+        }
+      }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    buf ^= 1;
+    cur = nxt;
+  }
+
+  // dK (scaled) and dV of this warp's keys.
+  T* dk_base = static_cast<T*>(p.dk) + hk * p.dk_head;
+  T* dv_base = static_cast<T*>(p.dv) + hk * p.dv_head;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t key = k0 + warp * 16 + g + 8 * r;
+    if (key >= p.seqlen_k) continue;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int col = n * 8 + 2 * t4;
+      *reinterpret_cast<uint32_t*>(dk_base + key * p.dk_tok + col) =
+          M::pack(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_base + key * p.dv_tok + col) = M::pack(dv[n][2 * r], dv[n][2 * r + 1]);
+    }
+  }
+}
+
+// delta[h][q] = sum_d dO[q, h, d] * O[q, h, d]: one warp per (query, head).
+template <class T, int D>
+__global__ void delta_kernel(const BwdParams p) {
+  const int64_t item = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (item >= p.seqlen_q * p.heads_q) return;
+  const int64_t row = item / p.heads_q;
+  const int h = static_cast<int>(item % p.heads_q);
+  const T* o = static_cast<const T*>(p.o) + row * p.o_tok + h * p.o_head;
+  const T* d_o = static_cast<const T*>(p.d_o) + row * p.do_tok + h * p.do_head;
+  float sum = 0.f;
+#pragma unroll
+  for (int d = lane; d < D; d += 32) sum += Mma<T>::to_float(o[d]) * Mma<T>::to_float(d_o[d]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) p.delta[h * p.seqlen_q + row] = sum;
+}
+
+// dQ = scale * accumulator, in the output dtype.
+template <class T, int D>
+__global__ void dq_kernel(const BwdParams p) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= p.seqlen_q * p.heads_q * D) return;
+  const int64_t row = i / (int64_t{p.heads_q} * D);
+  const int h = static_cast<int>((i / D) % p.heads_q), d = static_cast<int>(i % D);
+  static_cast<T*>(p.dq)[row * p.dq_tok + h * p.dq_head + d] = Mma<T>::from_float(p.dq_accum[i] * p.scale);
+}
+
+template <class T, int D>
+void run_backward(const BwdParams& p, cudaStream_t stream) {
+  const int64_t elems = p.seqlen_q * p.heads_q * D;
+  LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(elems) * sizeof(float), stream));
+  const int64_t delta_blocks = (p.seqlen_q * p.heads_q * 32 + 255) / 256;
+  delta_kernel<T, D><<<static_cast<unsigned>(delta_blocks), 256, 0, stream>>>(p);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash delta_kernel");
+  constexpr int smem = BwdSmem<T, D>::kBytes;
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
+  backward_kernel<T, D><<<grid, 128, smem, stream>>>(p);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash backward_kernel");
+  dq_kernel<T, D><<<static_cast<unsigned>((elems + 255) / 256), 256, 0, stream>>>(p);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash dq_kernel");
+}
+
+}  // namespace lca_flex_flash::dev

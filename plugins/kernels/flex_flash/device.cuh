@@ -1,0 +1,146 @@
+// Warp-level building blocks of flex_flash on sm_80+: cp.async tile loads into XOR-swizzled
+// shared memory, ldmatrix fragment loads and the m16n8k16 tensor-core MMA (bf16 / f16 in, fp32
+// accumulate). Used by the forward and backward kernels only.
+// Rule: a shared tile is kTile rows of D elements, addressed only through swizzled(); fragment
+// helpers assume the lane layouts of PTX's mma.m16n8k16 (see the comments at each).
+#pragma once
+
+#include "schedule.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace lca_flex_flash::dev {
+
+template <class T>
+struct Mma;
+
+template <>
+struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
+};
+
+template <>
+struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte chunk `chunk` of row `row` in a tile whose rows hold `chunks` chunks: the chunk index
+// is XORed with the row's low three bits, so that the 8 rows an ldmatrix phase reads fall in
+// 8 different bank groups.
+__device__ __forceinline__ int swizzled(int row, int chunk, int chunks) {
+  return row * chunks + (chunk ^ (row & 7));
+}
+
+// Copies 16 bytes global -> shared, or writes 16 zero bytes when !valid.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// A tile of kTile rows x D elements of T in shared memory (swizzled 16-byte chunks).
+template <class T, int D>
+struct SmemTile {
+  static constexpr int kChunks = D * int(sizeof(T)) / 16;
+  static constexpr int kBytes = kTile * D * int(sizeof(T));
+  char* base;
+
+  // Rows [row0, row0 + kTile) of a THD tensor at one head; rows >= rows_valid become zeros.
+  __device__ __forceinline__ void load_async(const T* head_base, int64_t token_stride, int64_t row0,
+                                             int64_t rows_valid) const {
+    for (int i = threadIdx.x; i < kTile * kChunks; i += blockDim.x) {
+      const int r = i / kChunks, c = i % kChunks;
+      const bool valid = row0 + r < rows_valid;
+      const T* src = head_base + (valid ? (row0 + r) * token_stride + c * (16 / int(sizeof(T))) : 0);
+      cp_async16(smem_addr(base + swizzled(r, c, kChunks) * 16), src, valid);
+    }
+  }
+
+  // A fragment (16 rows x 16 columns at row0, col0) of a row-major operand stored here.
+  __device__ __forceinline__ void a_frag(uint32_t (&a)[4], int row0, int col0) const {
+    const int lane = threadIdx.x & 31;
+    const int row = row0 + (lane & 7) + 8 * ((lane >> 3) & 1);
+    const int chunk = col0 / 8 + (lane >> 4);
+    ldmatrix_x4(a, smem_addr(base + swizzled(row, chunk, kChunks) * 16));
+  }
+  // B fragments of two n8 blocks (rows n0..n0+15 here are the n index, columns k0..k0+15 the
+  // k index: the "col" operand of S = Q K^T). b[0], b[1]: block n0; b[2], b[3]: block n0 + 8.
+  __device__ __forceinline__ void b_frag_nk(uint32_t (&b)[4], int n0, int k0) const {
+    const int lane = threadIdx.x & 31;
+    const int row = n0 + (lane & 7) + 8 * (lane >> 4);
+    const int chunk = k0 / 8 + ((lane >> 3) & 1);
+    ldmatrix_x4(b, smem_addr(base + swizzled(row, chunk, kChunks) * 16));
+  }
+  // B fragments of two n8 blocks when rows here are the k index and columns the n index (V in
+  // O = P V): transposed loads. b[0], b[1]: block n0; b[2], b[3]: block n0 + 8.
+  __device__ __forceinline__ void b_frag_kn(uint32_t (&b)[4], int k0, int n0) const {
+    const int lane = threadIdx.x & 31;
+    const int row = k0 + (lane & 7) + 8 * ((lane >> 3) & 1);
+    const int chunk = n0 / 8 + (lane >> 4);
+    ldmatrix_x4_trans(b, smem_addr(base + swizzled(row, chunk, kChunks) * 16));
+  }
+};
+
+// Walks the (run, column tile) pairs of one row tile in order.
+struct TileCursor {
+  const TileRun* runs;
+  int32_t run, run_end, tile;
+
+  __device__ __forceinline__ TileCursor(const TileRun* all, const int32_t* offsets, int32_t row_tile)
+      : runs(all), run(offsets[row_tile]), run_end(offsets[row_tile + 1]), tile(0) {
+    if (run < run_end) tile = runs[run].begin;
+  }
+  __device__ __forceinline__ bool valid() const { return run < run_end; }
+  // Index of this tile's bitmask, or -1 when the tile is fully visible.
+  __device__ __forceinline__ int32_t mask() const {
+    return runs[run].mask < 0 ? -1 : runs[run].mask + (tile - runs[run].begin);
+  }
+  __device__ __forceinline__ void next() {
+    if (++tile >= runs[run].end && ++run < run_end) tile = runs[run].begin;
+  }
+};
+
+}  // namespace lca_flex_flash::dev

@@ -1,0 +1,179 @@
+// flex_flash: our flash-attention kernel for any slice mask. plan() turns the slices into tile
+// schedules (query tiles for the forward, key tiles for the backward) with exact bitmasks for
+// partial tiles and uploads them; forward/backward only launch.
+#include "../cuda_reference/slice_lists.hpp"  // validate_mask (shared helper)
+#include "cuda_check.hpp"
+#include "kernels.hpp"
+#include "schedule.hpp"
+
+#include <lca/kernel.hpp>
+#include <lca/types.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace lca_flex_flash {
+
+namespace {
+
+using lca::require;
+
+struct UploadedSchedule {
+  DeviceBuffer runs, run_offsets, bits, order;
+  int32_t row_tiles = 0;
+  DeviceSchedule view() const {
+    return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
+                          row_tiles};
+  }
+};
+
+template <class V>
+DeviceBuffer upload(const V& host, const lca_exec& exec, const char* what) {
+  using E = typename V::value_type;
+  DeviceBuffer buf(exec.allocator, host.size() * sizeof(E), what);
+  if (!host.empty())
+    LCA_FLEX_CUDA_CHECK(cudaMemcpyAsync(buf.as<void>(), host.data(), host.size() * sizeof(E), cudaMemcpyHostToDevice,
+                                        static_cast<cudaStream_t>(exec.stream)));
+  return buf;
+}
+
+UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec) {
+  UploadedSchedule u;
+  u.runs = upload(s.runs, exec, "the tile runs");
+  u.run_offsets = upload(s.run_offsets, exec, "the tile run offsets");
+  u.bits = upload(s.bits, exec, "the partial-tile bitmasks");
+  u.order = upload(s.order, exec, "the tile order");
+  u.row_tiles = s.row_tiles;
+  return u;
+}
+
+class FlexPlan final : public lca::IPlan {
+ public:
+  lca_problem problem{};
+  UploadedSchedule fwd, bwd;
+  DeviceBuffer dq_accum, delta;  // backward workspace, made on the first backward call
+  void release(const lca_exec& exec) override {
+    (void)cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream));
+    fwd = UploadedSchedule{};
+    bwd = UploadedSchedule{};
+    dq_accum.reset();
+    delta.reset();
+  }
+};
+
+void check_tensor(const lca_tensor& t, const char* name, const lca_problem& pr, int64_t tokens, int64_t heads) {
+  require(t.data != nullptr, LCA_ERR_INVALID_ARGUMENT, std::string(name) + ": null data");
+  require(t.dtype == pr.dtype, LCA_ERR_INVALID_ARGUMENT,
+          std::string(name) + ": dtype " + lca::dtype_name(t.dtype) + ", the problem's is " + lca::dtype_name(pr.dtype));
+  require(t.shape[0] == tokens && t.shape[1] == heads && t.shape[2] == pr.head_dim, LCA_ERR_INVALID_ARGUMENT,
+          std::string(name) + ": shape does not match the problem");
+  require(t.stride[2] == 1 && t.stride[0] % 8 == 0 && t.stride[1] % 8 == 0 &&
+              reinterpret_cast<uintptr_t>(t.data) % 16 == 0,
+          LCA_ERR_UNSUPPORTED,
+          std::string(name) + ": flex_flash needs contiguous head_dim, token and head strides that are multiples "
+                              "of 8 elements and 16-byte aligned data");
+}
+
+void check_lse(const lca_tensor& t, const lca_problem& pr) {
+  require(t.data != nullptr && t.dtype == LCA_DTYPE_F32 && t.shape[0] == pr.heads_q && t.shape[1] == pr.seqlen_q,
+          LCA_ERR_INVALID_ARGUMENT, "lse: expected fp32 {heads_q, seqlen_q, 1}");
+}
+
+}  // namespace
+
+class FlexFlash final : public lca::IKernel {
+ public:
+  explicit FlexFlash(const lca_host_info&) {}
+
+  std::unique_ptr<lca::IPlan> plan(const lca_problem& pr, const lca_mask& mask, const lca_exec& exec) override {
+    require(pr.device_type == LCA_DEVICE_CUDA, LCA_ERR_UNSUPPORTED, "flex_flash runs on CUDA devices only");
+    require(pr.dtype == LCA_DTYPE_BF16 || pr.dtype == LCA_DTYPE_F16, LCA_ERR_UNSUPPORTED,
+            std::string("flex_flash: dtype ") + lca::dtype_name(pr.dtype) + " (bf16, f16)");
+    require(pr.head_dim == 64 || pr.head_dim == 128, LCA_ERR_UNSUPPORTED,
+            "flex_flash: head_dim " + std::to_string(pr.head_dim) + " (64, 128)");
+    require(pr.heads_q > 0 && pr.heads_kv > 0 && pr.heads_q % pr.heads_kv == 0, LCA_ERR_INVALID_ARGUMENT,
+            "heads_q must be a positive multiple of heads_kv");
+    require(pr.seqlen_q > 0 && pr.seqlen_k > 0, LCA_ERR_INVALID_ARGUMENT, "sequence lengths must be positive");
+    require(pr.seqlen_q < (int64_t{1} << 31) / pr.heads_q, LCA_ERR_UNSUPPORTED,
+            "flex_flash: seqlen_q x heads_q must stay below 2^31");
+    lca_cuda_reference::validate_mask(mask, pr.seqlen_q, pr.seqlen_k);
+    auto plan = std::make_unique<FlexPlan>();
+    plan->problem = pr;
+    plan->fwd = upload(build_schedule(mask, /*by_query=*/true), exec);
+    plan->bwd = upload(build_schedule(mask, /*by_query=*/false), exec);
+    LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
+    return plan;
+  }
+
+  void forward(lca::IPlan& base, const lca_fwd_args& a, const lca_exec& exec) override {
+    auto& plan = static_cast<FlexPlan&>(base);
+    const lca_problem& pr = plan.problem;
+    check_tensor(a.q, "q", pr, pr.seqlen_q, pr.heads_q);
+    check_tensor(a.k, "k", pr, pr.seqlen_k, pr.heads_kv);
+    check_tensor(a.v, "v", pr, pr.seqlen_k, pr.heads_kv);
+    check_tensor(a.o, "o", pr, pr.seqlen_q, pr.heads_q);
+    check_lse(a.lse, pr);
+    FwdParams p{};
+    p.q = a.q.data;
+    p.k = a.k.data;
+    p.v = a.v.data;
+    p.o = a.o.data;
+    p.lse = static_cast<float*>(a.lse.data);
+    p.q_tok = a.q.stride[0], p.q_head = a.q.stride[1];
+    p.k_tok = a.k.stride[0], p.k_head = a.k.stride[1];
+    p.v_tok = a.v.stride[0], p.v_head = a.v.stride[1];
+    p.o_tok = a.o.stride[0], p.o_head = a.o.stride[1];
+    p.lse_head = a.lse.stride[0], p.lse_tok = a.lse.stride[1];
+    p.seqlen_q = pr.seqlen_q, p.seqlen_k = pr.seqlen_k;
+    p.heads_q = pr.heads_q, p.group = pr.heads_q / pr.heads_kv;
+    p.scale_log2 = pr.softmax_scale * 1.4426950408889634f;
+    p.sched = plan.fwd.view();
+    launch_forward(pr.dtype, pr.head_dim, p, exec.stream);
+  }
+
+  void backward(lca::IPlan& base, const lca_bwd_args& a, const lca_exec& exec) override {
+    auto& plan = static_cast<FlexPlan&>(base);
+    const lca_problem& pr = plan.problem;
+    check_tensor(a.q, "q", pr, pr.seqlen_q, pr.heads_q);
+    check_tensor(a.k, "k", pr, pr.seqlen_k, pr.heads_kv);
+    check_tensor(a.v, "v", pr, pr.seqlen_k, pr.heads_kv);
+    check_tensor(a.o, "o", pr, pr.seqlen_q, pr.heads_q);
+    check_tensor(a.d_o, "d_o", pr, pr.seqlen_q, pr.heads_q);
+    check_tensor(a.dq, "dq", pr, pr.seqlen_q, pr.heads_q);
+    check_tensor(a.dk, "dk", pr, pr.seqlen_k, pr.heads_kv);
+    check_tensor(a.dv, "dv", pr, pr.seqlen_k, pr.heads_kv);
+    check_lse(a.lse, pr);
+    const size_t rows = static_cast<size_t>(pr.seqlen_q) * static_cast<size_t>(pr.heads_q);
+    if (plan.dq_accum.empty()) {
+      plan.dq_accum = DeviceBuffer(exec.allocator, rows * pr.head_dim * sizeof(float), "the fp32 dQ accumulator");
+      plan.delta = DeviceBuffer(exec.allocator, rows * sizeof(float), "delta = rowsum(dO * O)");
+    }
+    BwdParams p{};
+    p.q = a.q.data, p.k = a.k.data, p.v = a.v.data, p.o = a.o.data, p.d_o = a.d_o.data;
+    p.lse = static_cast<const float*>(a.lse.data);
+    p.dq = a.dq.data, p.dk = a.dk.data, p.dv = a.dv.data;
+    p.dq_accum = plan.dq_accum.as<float>();
+    p.delta = plan.delta.as<float>();
+    p.q_tok = a.q.stride[0], p.q_head = a.q.stride[1];
+    p.k_tok = a.k.stride[0], p.k_head = a.k.stride[1];
+    p.v_tok = a.v.stride[0], p.v_head = a.v.stride[1];
+    p.o_tok = a.o.stride[0], p.o_head = a.o.stride[1];
+    p.do_tok = a.d_o.stride[0], p.do_head = a.d_o.stride[1];
+    p.dq_tok = a.dq.stride[0], p.dq_head = a.dq.stride[1];
+    p.dk_tok = a.dk.stride[0], p.dk_head = a.dk.stride[1];
+    p.dv_tok = a.dv.stride[0], p.dv_head = a.dv.stride[1];
+    p.lse_head = a.lse.stride[0], p.lse_tok = a.lse.stride[1];
+    p.seqlen_q = pr.seqlen_q, p.seqlen_k = pr.seqlen_k;
+    p.heads_q = pr.heads_q, p.heads_kv = pr.heads_kv, p.group = pr.heads_q / pr.heads_kv;
+    p.scale = pr.softmax_scale;
+    p.scale_log2 = pr.softmax_scale * 1.4426950408889634f;
+    p.sched = plan.bwd.view();
+    launch_backward(pr.dtype, pr.head_dim, p, exec.stream);
+  }
+};
+
+}  // namespace lca_flex_flash
+
+LCA_EXPORT_KERNEL(lca_flex_flash::FlexFlash, "flex_flash", "0.1.0", /*has_backward=*/true)

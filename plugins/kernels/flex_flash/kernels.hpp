@@ -1,0 +1,72 @@
+// Launch parameters and launchers of the flex_flash CUDA kernels (forward, backward and the
+// small pre/post passes of the backward). Used by flex_flash.cpp; implemented per dtype and head
+// dim in the launch_*.cu files.
+// Rule: pointers are device pointers; strides are in elements; tiles and bitmasks come from a
+// TileSchedule uploaded by plan().
+#pragma once
+
+#include "schedule.hpp"
+
+#include <lca/abi.h>
+
+#include <cstdint>
+
+namespace lca_flex_flash {
+
+struct DeviceSchedule {
+  const TileRun* runs = nullptr;
+  const int32_t* run_offsets = nullptr;
+  const uint64_t* bits = nullptr;
+  const int32_t* order = nullptr;
+  int32_t row_tiles = 0;
+};
+
+struct FwdParams {
+  const void *q, *k, *v;
+  void* o;
+  float* lse;
+  int64_t q_tok, q_head, k_tok, k_head, v_tok, v_head, o_tok, o_head;  // strides
+  int64_t lse_head, lse_tok;
+  int64_t seqlen_q, seqlen_k;
+  int32_t heads_q, group;  // group = heads_q / heads_kv
+  float scale_log2;        // softmax_scale * log2(e)
+  DeviceSchedule sched;    // rows are query tiles
+};
+
+struct BwdParams {
+  const void *q, *k, *v, *o, *d_o;
+  const float* lse;
+  void *dq, *dk, *dv;
+  float* dq_accum;  // [seqlen_q, heads_q, head_dim] fp32
+  float* delta;     // [heads_q, seqlen_q] fp32: rowsum(dO * O)
+  int64_t q_tok, q_head, k_tok, k_head, v_tok, v_head, o_tok, o_head, do_tok, do_head;
+  int64_t dq_tok, dq_head, dk_tok, dk_head, dv_tok, dv_head;
+  int64_t lse_head, lse_tok;
+  int64_t seqlen_q, seqlen_k;
+  int32_t heads_q, heads_kv, group;
+  float scale, scale_log2;
+  DeviceSchedule sched;  // rows are key tiles
+};
+
+// One instantiation per (lca_dtype, head dim), each in its own launch_*.cu.
+template <int DType, int HeadDim>
+void forward_impl(const FwdParams& p, void* stream);
+template <int DType, int HeadDim>
+void backward_impl(const BwdParams& p, void* stream);
+
+#define LCA_FLEX_DECLARE(DTYPE, DIM)                                         \
+  template <>                                                                 \
+  void forward_impl<DTYPE, DIM>(const FwdParams& p, void* stream);            \
+  template <>                                                                 \
+  void backward_impl<DTYPE, DIM>(const BwdParams& p, void* stream);
+LCA_FLEX_DECLARE(LCA_DTYPE_BF16, 64)
+LCA_FLEX_DECLARE(LCA_DTYPE_BF16, 128)
+LCA_FLEX_DECLARE(LCA_DTYPE_F16, 64)
+LCA_FLEX_DECLARE(LCA_DTYPE_F16, 128)
+#undef LCA_FLEX_DECLARE
+
+// dtype: lca_dtype (bf16 or f16); head_dim 64 or 128. Launch errors throw lca::Error.
+void launch_forward(int32_t dtype, int32_t head_dim, const FwdParams& p, void* stream);
+void launch_backward(int32_t dtype, int32_t head_dim, const BwdParams& p, void* stream);
+
+}  // namespace lca_flex_flash

@@ -1,0 +1,211 @@
+// Tile classification: for each row tile, every slice that reaches it contributes the column
+// tiles it touches and, when it covers all 64 rows of the tile, those it covers completely. A
+// tile covered completely by one slice and touched by no other is full; any other touched tile
+// is partial and gets a bitmask rasterized row by row from the slices. Memory is O(runs +
+// partial tiles), never O(tiles^2).
+#include "schedule.hpp"
+
+#include "../cuda_reference/slice_lists.hpp"
+
+#include <lca/types.hpp>
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+namespace lca_flex_flash {
+
+namespace {
+
+struct Span {
+  int64_t begin, end;
+};
+
+// The slice's extent along the row axis and the visible column range of one row.
+Span row_span(const lca_slice& s, bool by_query) {
+  return by_query ? Span{s.q_begin, s.q_end} : Span{s.k_begin, s.k_end};
+}
+Span col_range(const lca_slice& s, int64_t row, bool by_query) {
+  Span r{};
+  if (by_query) lca::slice_row_range(s, row, &r.begin, &r.end);
+  else lca_cuda_reference::slice_col_range(s, row, &r.begin, &r.end);
+  return r;
+}
+
+// What one slice does to one row tile, in column tiles.
+struct Reach {
+  int32_t touch_begin, touch_end;  // tiles with at least one visible cell (a superset)
+  int32_t full_begin, full_end;    // tiles every row of the row tile sees completely
+};
+
+bool reach_of(const lca_slice& s, bool by_query, int64_t r0, int64_t r1, bool whole_tile, Reach* out) {
+  const Span span = row_span(s, by_query);
+  const int64_t a = std::max(r0, span.begin), b = std::min(r1, span.end);
+  if (a >= b) return false;
+  int64_t lo_min = std::numeric_limits<int64_t>::max(), hi_max = std::numeric_limits<int64_t>::min();
+  int64_t lo_max = lo_min, hi_min = hi_max;
+  bool first = true, any_empty = false;
+  // FULL slices see the same columns on every row; the other types are linear in the row, so
+  // their extremes sit at the ends, but empty rows break that: walk the rows (at most 64).
+  const int64_t last = s.type == LCA_SLICE_FULL ? a + 1 : b;
+  for (int64_t row = a; row < last; ++row) {
+    const Span c = col_range(s, row, by_query);
+    if (c.end <= c.begin) {
+      any_empty = true;
+      continue;
+    }
+    lo_min = std::min(lo_min, c.begin);
+    hi_max = std::max(hi_max, c.end);
+    if (first) {
+      lo_max = c.begin;
+      hi_min = c.end;
+      first = false;
+    } else {
+      lo_max = std::max(lo_max, c.begin);
+      hi_min = std::min(hi_min, c.end);
+    }
+  }
+  if (first) return false;  // no row sees anything
+  out->touch_begin = static_cast<int32_t>(lo_min / kTile);
+  out->touch_end = static_cast<int32_t>((hi_max + kTile - 1) / kTile);
+  out->full_begin = out->full_end = 0;
+  if (whole_tile && a == r0 && b == r1 && !any_empty) {
+    const int64_t fb = (lo_max + kTile - 1) / kTile, fe = hi_min / kTile;
+    if (fe > fb) {
+      out->full_begin = static_cast<int32_t>(fb);
+      out->full_end = static_cast<int32_t>(fe);
+    }
+  }
+  return true;
+}
+
+void set_bits(uint64_t* word, int64_t lo, int64_t hi) {
+  if (hi <= lo) return;
+  const uint64_t upper = hi >= 64 ? ~uint64_t{0} : ((uint64_t{1} << hi) - 1);
+  const uint64_t lower = (uint64_t{1} << lo) - 1;
+  *word |= upper & ~lower;
+}
+
+}  // namespace
+
+TileSchedule build_schedule(const lca_mask& mask, bool by_query) {
+  TileSchedule s;
+  s.rows = by_query ? mask.seqlen_q : mask.seqlen_k;
+  s.cols = by_query ? mask.seqlen_k : mask.seqlen_q;
+  lca::require(s.rows / kTile < std::numeric_limits<int32_t>::max() / 2 && mask.num_slices < (int64_t{1} << 31),
+               LCA_ERR_UNSUPPORTED, "flex_flash: the mask is too large for 32-bit tile indices");
+  s.row_tiles = static_cast<int32_t>((s.rows + kTile - 1) / kTile);
+  s.col_tiles = static_cast<int32_t>((s.cols + kTile - 1) / kTile);
+
+  // Slices bucketed by the row tiles they span (CSR).
+  std::vector<int64_t> bucket_offsets(static_cast<size_t>(s.row_tiles) + 1, 0);
+  auto tiles_of = [&](const lca_slice& sl) {
+    const Span span = row_span(sl, by_query);
+    const bool empty = span.end <= span.begin || sl.q_end <= sl.q_begin || sl.k_end <= sl.k_begin;
+    return empty ? Span{0, 0} : Span{span.begin / kTile, (span.end + kTile - 1) / kTile};
+  };
+  for (int64_t i = 0; i < mask.num_slices; ++i) {
+    const Span t = tiles_of(mask.slices[i]);
+    for (int64_t r = t.begin; r < t.end; ++r) ++bucket_offsets[r + 1];
+  }
+  std::partial_sum(bucket_offsets.begin(), bucket_offsets.end(), bucket_offsets.begin());
+  std::vector<int32_t> bucket(static_cast<size_t>(bucket_offsets.back()));
+  {
+    std::vector<int64_t> cursor(bucket_offsets.begin(), bucket_offsets.end() - 1);
+    for (int64_t i = 0; i < mask.num_slices; ++i) {
+      const Span t = tiles_of(mask.slices[i]);
+      for (int64_t r = t.begin; r < t.end; ++r) bucket[cursor[r]++] = static_cast<int32_t>(i);
+    }
+  }
+
+  s.run_offsets.assign(static_cast<size_t>(s.row_tiles) + 1, 0);
+  std::vector<int64_t> cost(static_cast<size_t>(s.row_tiles), 0);
+  std::vector<std::pair<int32_t, int32_t>> events;  // (column tile, delta code)
+  std::vector<int32_t> touching;
+  std::vector<Reach> reaches;
+  for (int32_t t = 0; t < s.row_tiles; ++t) {
+    const int64_t r0 = int64_t{t} * kTile, r1 = std::min(r0 + kTile, s.rows);
+    const bool whole = r1 - r0 == kTile;
+    touching.clear();
+    reaches.clear();
+    for (int64_t b = bucket_offsets[t]; b < bucket_offsets[t + 1]; ++b) {
+      Reach reach{};
+      if (!reach_of(mask.slices[bucket[b]], by_query, r0, r1, whole, &reach)) continue;
+      touching.push_back(bucket[b]);
+      reaches.push_back(reach);
+    }
+    // Sweep over column tiles: touch count and full count per elementary segment.
+    events.clear();
+    for (const Reach& r : reaches) {
+      events.emplace_back(r.touch_begin, 1);
+      events.emplace_back(r.touch_end, -1);
+      if (r.full_end > r.full_begin) {
+        events.emplace_back(r.full_begin, 1 << 16);
+        events.emplace_back(r.full_end, -(1 << 16));
+      }
+    }
+    std::sort(events.begin(), events.end());
+    int32_t touch = 0, full = 0;
+    for (size_t e = 0; e < events.size();) {
+      const int32_t x = events[e].first;
+      for (; e < events.size() && events[e].first == x; ++e) {
+        if (std::abs(events[e].second) >= (1 << 16)) full += events[e].second > 0 ? 1 : -1;
+        else touch += events[e].second;
+      }
+      if (e == events.size()) break;
+      const int32_t y = events[e].first;
+      if (touch == 0 || y <= x) continue;
+      const bool is_full = touch == 1 && full == 1;
+      TileRun* prev = s.runs.size() > static_cast<size_t>(s.run_offsets[t]) ? &s.runs.back() : nullptr;
+      if (is_full) {
+        if (prev != nullptr && prev->mask < 0 && prev->end == x) prev->end = y;
+        else s.runs.push_back(TileRun{x, y, -1, 0});
+        s.full_tiles += y - x;
+      } else {
+        const int32_t first_mask = static_cast<int32_t>(s.partial_tiles);
+        lca::require(s.partial_tiles + (y - x) < (int64_t{1} << 31), LCA_ERR_UNSUPPORTED,
+                     "flex_flash: too many partial tiles for 32-bit mask indices");
+        if (prev != nullptr && prev->mask >= 0 && prev->end == x) prev->end = y;
+        else s.runs.push_back(TileRun{x, y, first_mask, 0});
+        s.partial_tiles += y - x;
+        s.bits.resize(static_cast<size_t>(s.partial_tiles) * kTile, 0);
+        // Rasterize the new partial tiles [x, y) from every slice that reaches them.
+        for (size_t i = 0; i < touching.size(); ++i) {
+          if (reaches[i].touch_end <= x || reaches[i].touch_begin >= y) continue;
+          const lca_slice& sl = mask.slices[touching[i]];
+          const Span span = row_span(sl, by_query);
+          for (int64_t row = std::max(r0, span.begin); row < std::min(r1, span.end); ++row) {
+            const Span c = col_range(sl, row, by_query);
+            const int64_t c0 = std::max<int64_t>(c.begin, int64_t{x} * kTile);
+            const int64_t c1 = std::min<int64_t>(c.end, int64_t{y} * kTile);
+            for (int64_t col_tile = c0 / kTile; col_tile * kTile < c1; ++col_tile) {
+              const int64_t base = col_tile * kTile;
+              uint64_t* word = &s.bits[(static_cast<size_t>(first_mask) + (col_tile - x)) * kTile + (row - r0)];
+              set_bits(word, std::max(c0, base) - base, std::min(c1, base + kTile) - base);
+            }
+          }
+        }
+      }
+      cost[t] += y - x;
+    }
+    s.run_offsets[t + 1] = static_cast<int32_t>(s.runs.size());
+  }
+  s.order.resize(static_cast<size_t>(s.row_tiles));
+  std::iota(s.order.begin(), s.order.end(), 0);
+  std::stable_sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) { return cost[a] > cost[b]; });
+  return s;
+}
+
+bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col) {
+  const int64_t t = row / kTile, c = col / kTile;
+  for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) {
+    const TileRun& run = s.runs[r];
+    if (c < run.begin || c >= run.end) continue;
+    if (run.mask < 0) return true;
+    const uint64_t word = s.bits[(static_cast<size_t>(run.mask) + (c - run.begin)) * kTile + (row - t * kTile)];
+    return (word >> (col - c * kTile)) & 1u;
+  }
+  return false;
+}
+
+}  // namespace lca_flex_flash

@@ -1,0 +1,42 @@
+// The tile schedule of flex_flash: a slice mask turned, on the host in plan(), into per-row-tile
+// runs of 64x64 tiles that are either fully visible or partial (with an exact bitmask).
+// Used by the flex_flash plan (forward: rows are queries; backward: rows are keys) and its tests.
+// Rule: the schedule is exact: a cell is computed iff some slice covers it, once.
+#pragma once
+
+#include <lca/abi.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace lca_flex_flash {
+
+constexpr int kTile = 64;  // tile edge in tokens, on both axes, forward and backward
+
+// Column tiles [begin, end) of one row tile. mask < 0: every tile is fully visible. Otherwise
+// tile begin + i has its bitmask at bits[(mask + i) * kTile .. + kTile): word r holds the
+// visibility of row r of the tile, bit c that of column c.
+struct TileRun {
+  int32_t begin, end;
+  int32_t mask;
+  int32_t reserved;
+};
+
+struct TileSchedule {
+  int64_t rows = 0, cols = 0;  // tokens along each axis
+  int32_t row_tiles = 0, col_tiles = 0;
+  std::vector<int32_t> run_offsets;  // row tile t owns runs[run_offsets[t] .. run_offsets[t+1])
+  std::vector<TileRun> runs;
+  std::vector<uint64_t> bits;   // kTile words per partial tile
+  std::vector<int32_t> order;   // row tiles, most tiles first (the launch order)
+  int64_t full_tiles = 0, partial_tiles = 0;
+};
+
+// by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).
+// The mask must already be validated (slices in bounds, known types).
+TileSchedule build_schedule(const lca_mask& mask, bool by_query);
+
+// Does the schedule make (row, col) visible? For tests: walks the runs of row's tile.
+bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col);
+
+}  // namespace lca_flex_flash

@@ -1,0 +1,149 @@
+// flex_flash against cpu_reference (fp64 accumulation on the same rounded inputs): hand-built
+// masks of every slice type (rows that see nothing, rows shared by several slices, empty slices,
+// q != k lengths) and the 14 builtin patterns, forward and backward, odd lengths, GQA 1/2/3/4/8,
+// head dims 64/128, bf16 and f16; refusals of what the manifest does not declare.
+#include "builtin_fixture.hpp"
+#include "harness.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+namespace lca::test::cuda {
+namespace {
+
+#define LCA_SKIP_WITHOUT_GPU() \
+  if (core::gpu::device_count() == 0) GTEST_SKIP() << "no CUDA device visible (driver or GPU absent)"
+
+struct Tolerance {
+  double out, grad, lse;
+};
+
+// P and dS are rounded to the input dtype before their MMAs, as in every flash kernel.
+Tolerance tolerance(int32_t dtype) {
+  return dtype == LCA_DTYPE_BF16 ? Tolerance{1.5e-2, 2.5e-2, 2e-3} : Tolerance{3e-3, 5e-3, 2e-3};
+}
+
+void expect_matches_reference(const Problem& p) {
+  const Inputs in = make_inputs(p, 2026);
+  const Results ref = run_cpu_reference(p, in, true);
+  ASSERT_EQ(ref.status, LCA_OK) << ref.error;
+  core::gpu::DeviceAllocator alloc(0);
+  core::gpu::Stream stream;
+  PluginHandle plugin("flex_flash");
+  const Results got = run_cuda(plugin, p, in, true, alloc, stream.handle());
+  ASSERT_EQ(got.status, LCA_OK) << got.error;
+  const Tolerance tol = tolerance(p.dtype);
+  const double e_o = rel_l2(got.o, ref.o), e_lse = lse_max_abs(got.lse, ref.lse);
+  const double e_dq = rel_l2(got.dq, ref.dq), e_dk = rel_l2(got.dk, ref.dk), e_dv = rel_l2(got.dv, ref.dv);
+  std::printf("[flex_flash] %-46s o %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", p.name.c_str(), e_o, e_lse, e_dq,
+              e_dk, e_dv);
+  EXPECT_LE(e_o, tol.out);
+  EXPECT_LE(e_lse, tol.lse);
+  EXPECT_LE(e_dq, tol.grad);
+  EXPECT_LE(e_dk, tol.grad);
+  EXPECT_LE(e_dv, tol.grad);
+  EXPECT_EQ(alloc.current_bytes(), 0u) << "a plan kept device memory after destroy_plan";
+}
+
+Problem make(std::string name, int64_t sq, int64_t sk, int hq, int hkv, int d, int32_t dtype,
+             std::vector<lca_slice> slices) {
+  return Problem{std::move(name), sq, sk, hq, hkv, d, dtype, std::move(slices)};
+}
+
+// Rows [0, s) see a shared prefix [0, 100) fully and then themselves causally (two slices per
+// row, one INV_CAUSAL band on top), plus an empty slice: several slices share query rows.
+std::vector<lca_slice> mask_shared_rows(int64_t s) {
+  return {slice(100, s, 0, 100, LCA_SLICE_FULL), slice(100, s, 100, s, LCA_SLICE_CAUSAL),
+          slice(0, 100, 0, 100, LCA_SLICE_INV_CAUSAL), slice(50, 50, 0, s, LCA_SLICE_FULL)};
+}
+
+std::vector<Problem> hand_cases() {
+  const int32_t bf = LCA_DTYPE_BF16, hf = LCA_DTYPE_F16;
+  return {
+      make("full_257_gqa1_d64_bf16", 257, 257, 4, 4, 64, bf, mask_full(257, 257)),
+      make("full_37x1000_gqa2_d128_f16", 37, 1000, 4, 2, 128, hf, mask_full(37, 1000)),
+      make("full_1000x37_gqa2_d64_bf16", 1000, 37, 4, 2, 64, bf, mask_full(1000, 37)),
+      make("causal_1000_gqa2_d128_bf16", 1000, 1000, 4, 2, 128, bf, mask_causal(1000)),
+      make("causal_37_gqa4_d64_f16", 37, 37, 4, 1, 64, hf, mask_causal(37)),
+      make("causal_2048_gqa8_d128_bf16", 2048, 2048, 8, 1, 128, bf, mask_causal(2048)),
+      make("documents_causal_257_gqa4_d128_bf16", 257, 257, 4, 1, 128, bf, mask_documents({100, 57, 1, 99}, true)),
+      make("documents_full_1000_gqa2_d64_f16", 1000, 1000, 4, 2, 64, hf, mask_documents({300, 37, 600, 63}, false)),
+      make("sliding_window_1000_gqa4_d64_bf16", 1000, 1000, 4, 1, 64, bf, mask_sliding_window(1000, 128)),
+      make("sliding_window_257_gqa1_d128_f16", 257, 257, 2, 2, 128, hf, mask_sliding_window(257, 32)),
+      make("inv_bi_causal_257x300_gqa2_d128_f16", 257, 300, 4, 2, 128, hf, mask_inv_bi(257, 300)),
+      make("inv_bi_causal_1000_gqa1_d64_bf16", 1000, 1000, 2, 2, 64, bf, mask_inv_bi(1000, 1000)),
+      make("empty_rows_257_gqa2_d64_bf16", 257, 257, 4, 2, 64, bf, mask_with_empty_rows(257)),
+      make("empty_rows_1000_gqa3_d128_f16", 1000, 1000, 6, 2, 128, hf, mask_with_empty_rows(1000)),
+      make("shared_rows_777_gqa2_d128_bf16", 777, 777, 4, 2, 128, bf, mask_shared_rows(777)),
+      make("shared_rows_300_gqa1_d64_f16", 300, 300, 2, 2, 64, hf, mask_shared_rows(300)),
+  };
+}
+
+class FlexFlashHand : public ::testing::TestWithParam<Problem> {};
+TEST_P(FlexFlashHand, MatchesCpuReference) {
+  LCA_SKIP_WITHOUT_GPU();
+  expect_matches_reference(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Masks, FlexFlashHand, ::testing::ValuesIn(hand_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+struct Pattern {
+  std::string name, params;
+};
+std::vector<Pattern> builtin_patterns() {
+  return {{"full", "{}"},
+          {"causal", "{}"},
+          {"full_document", R"({"dist":"uniform:1-700"})"},
+          {"causal_document", R"({"dist":"uniform:1-700"})"},
+          {"sliding_window", R"({"window":200})"},
+          {"sliding_window_causal", R"({"window":150})"},
+          {"sliding_window_document", R"({"window":100,"dist":"uniform:50-900"})"},
+          {"shared_question", "{}"},
+          {"causal_blockwise", "{}"},
+          {"prefix_lm_causal", "{}"},
+          {"prefix_lm_document", R"({"dist":"uniform:50-900"})"},
+          {"global_sliding", "{}"},
+          {"block_causal_document", "{}"},
+          {"block_sparse", R"({"sparsity":0.3})"}};
+}
+
+class FlexFlashBuiltin : public ::testing::TestWithParam<Pattern> {};
+TEST_P(FlexFlashBuiltin, MatchesCpuReference) {
+  LCA_SKIP_WITHOUT_GPU();
+  const Pattern& pat = GetParam();
+  // bf16 d128 GQA 2 at an odd length; f16 d64 GQA 3 at another.
+  const struct {
+    int64_t seqlen;
+    int hq, hkv, d;
+    int32_t dtype;
+  } shapes[] = {{1999, 4, 2, 128, LCA_DTYPE_BF16}, {1201, 6, 2, 64, LCA_DTYPE_F16}};
+  for (const auto& sh : shapes) {
+    auto g = BuiltinProvider::instance().generate(pat.name, pat.params, sh.seqlen, 11);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    std::vector<lca_slice> slices(g.mask->slices, g.mask->slices + g.mask->num_slices);
+    const std::string label = pat.name + "_" + std::to_string(sh.seqlen) + "_d" + std::to_string(sh.d);
+    SCOPED_TRACE(label);
+    expect_matches_reference(make(label, sh.seqlen, sh.seqlen, sh.hq, sh.hkv, sh.d, sh.dtype, std::move(slices)));
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Patterns, FlexFlashBuiltin, ::testing::ValuesIn(builtin_patterns()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(FlexFlash, RefusesWhatTheManifestDoesNotDeclare) {
+  LCA_SKIP_WITHOUT_GPU();
+  core::gpu::DeviceAllocator alloc(0);
+  core::gpu::Stream stream;
+  PluginHandle plugin("flex_flash");
+  for (const auto& [p, want] :
+       {std::pair{make("d96", 128, 128, 2, 2, 96, LCA_DTYPE_BF16, mask_causal(128)), "head_dim 96"},
+        std::pair{make("f32", 128, 128, 2, 2, 64, LCA_DTYPE_F32, mask_causal(128)), "dtype f32"}}) {
+    const Inputs in = make_inputs(p, 1);
+    const Results got = run_cuda(plugin, p, in, false, alloc, stream.handle());
+    EXPECT_EQ(got.status, LCA_ERR_UNSUPPORTED) << p.name;
+    EXPECT_NE(got.error.find(want), std::string::npos) << got.error;
+  }
+}
+
+}  // namespace
+}  // namespace lca::test::cuda

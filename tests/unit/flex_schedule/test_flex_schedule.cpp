@@ -1,0 +1,155 @@
+// flex_flash's tile schedule against the slice definition (lca::slice_contains): for the 14
+// builtin patterns at odd lengths and for random masks of disjoint slices of every type (rows
+// shared by several slices, empty slices, q != k lengths), in the forward (rows = queries) and
+// backward (rows = keys) orientations. Also: full tiles really are full, every tile is listed
+// at most once, and the launch order is a permutation sorted by work.
+#include "builtin_fixture.hpp"
+
+#include "plugins/kernels/flex_flash/schedule.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+namespace lca::test {
+namespace {
+
+using lca_flex_flash::build_schedule;
+using lca_flex_flash::kTile;
+using lca_flex_flash::schedule_visible;
+using lca_flex_flash::TileSchedule;
+
+bool covered(const lca_mask& m, int64_t q, int64_t k) {
+  for (int64_t i = 0; i < m.num_slices; ++i)
+    if (lca::slice_contains(m.slices[i], q, k)) return true;
+  return false;
+}
+
+void expect_exact(const lca_mask& m, const std::string& label) {
+  // Ground truth once, row-major over (q, k).
+  std::vector<char> truth(static_cast<size_t>(m.seqlen_q * m.seqlen_k), 0);
+  for (int64_t i = 0; i < m.num_slices; ++i) {
+    const lca_slice& s = m.slices[i];
+    for (int64_t q = s.q_begin; q < s.q_end; ++q)
+      for (int64_t k = s.k_begin; k < s.k_end; ++k)
+        if (lca::slice_contains(s, q, k)) truth[q * m.seqlen_k + k] = 1;
+  }
+  for (bool by_query : {true, false}) {
+    SCOPED_TRACE(label + (by_query ? " forward" : " backward"));
+    const TileSchedule s = build_schedule(m, by_query);
+    ASSERT_EQ(s.rows, by_query ? m.seqlen_q : m.seqlen_k);
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < s.rows; ++r)
+      for (int64_t c = 0; c < s.cols; ++c) {
+        const bool want = by_query ? truth[r * m.seqlen_k + c] : truth[c * m.seqlen_k + r];
+        if (schedule_visible(s, r, c) != want && wrong++ < 5)
+          ADD_FAILURE() << "row " << r << " col " << c << ": schedule " << !want << ", mask " << want;
+      }
+    EXPECT_EQ(wrong, 0);
+    // Runs of a row tile are ordered and disjoint; full tiles are completely visible.
+    int64_t full = 0, partial = 0;
+    for (int32_t t = 0; t < s.row_tiles; ++t) {
+      int32_t last_end = -1;
+      for (int32_t i = s.run_offsets[t]; i < s.run_offsets[t + 1]; ++i) {
+        const auto& run = s.runs[i];
+        ASSERT_LT(run.begin, run.end);
+        ASSERT_GE(run.begin, last_end) << "runs overlap or are out of order";
+        last_end = run.end;
+        (run.mask < 0 ? full : partial) += run.end - run.begin;
+        if (run.mask >= 0) continue;
+        for (int32_t c = run.begin; c < run.end; ++c)
+          for (int64_t r = int64_t{t} * kTile; r < (t + 1) * int64_t{kTile}; ++r)
+            for (int64_t x = int64_t{c} * kTile; x < (c + 1) * int64_t{kTile}; ++x) {
+              ASSERT_TRUE(r < s.rows && x < s.cols) << "a full tile reaches past the sequence";
+              ASSERT_TRUE(by_query ? truth[r * m.seqlen_k + x] : truth[x * m.seqlen_k + r]);
+            }
+      }
+    }
+    EXPECT_EQ(full, s.full_tiles);
+    EXPECT_EQ(partial, s.partial_tiles);
+    EXPECT_EQ(s.bits.size(), static_cast<size_t>(partial) * kTile);
+    std::vector<int32_t> sorted = s.order;
+    std::sort(sorted.begin(), sorted.end());
+    for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(sorted[t], t) << "the order is not a permutation";
+  }
+}
+
+TEST(FlexSchedule, BuiltinPatternsAreExact) {
+  auto& p = BuiltinProvider::instance();
+  const std::vector<std::pair<std::string, std::string>> patterns = {
+      {"full", "{}"},
+      {"causal", "{}"},
+      {"full_document", R"({"dist":"uniform:1-300"})"},
+      {"causal_document", R"({"dist":"uniform:1-300"})"},
+      {"sliding_window", R"({"window":100})"},
+      {"sliding_window_causal", R"({"window":70})"},
+      {"sliding_window_document", R"({"window":50,"dist":"uniform:20-400"})"},
+      {"shared_question", "{}"},
+      {"causal_blockwise", "{}"},
+      {"prefix_lm_causal", "{}"},
+      {"prefix_lm_document", R"({"dist":"uniform:30-400"})"},
+      {"global_sliding", "{}"},
+      {"block_causal_document", "{}"},
+      {"block_sparse", R"({"sparsity":0.3})"}};
+  for (int64_t seqlen : {1000, 1537}) {
+    for (const auto& [name, params] : patterns) {
+      auto g = p.generate(name, params, seqlen, 7);
+      ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
+      expect_exact(*g.mask, name + " " + std::to_string(seqlen));
+    }
+  }
+}
+
+// Disjoint rectangles on a random grid of row and column bands, each of a random slice type
+// (or absent), plus empty slices: rows see several slices, tiles mix types.
+std::vector<lca_slice> random_slices(std::mt19937_64& rng, int64_t sq, int64_t sk) {
+  auto cuts = [&](int64_t n) {
+    std::vector<int64_t> c{0, n};
+    std::uniform_int_distribution<int64_t> pos(0, n);
+    for (int i = 0; i < 6; ++i) c.push_back(pos(rng));
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+    return c;
+  };
+  const auto rows = cuts(sq), cols = cuts(sk);
+  std::uniform_int_distribution<int> type(-1, 3);
+  std::vector<lca_slice> out;
+  for (size_t i = 0; i + 1 < rows.size(); ++i)
+    for (size_t j = 0; j + 1 < cols.size(); ++j) {
+      const int t = type(rng);
+      if (t >= 0) out.push_back(lca_slice{rows[i], rows[i + 1], cols[j], cols[j + 1], t, 0});
+    }
+  out.push_back(lca_slice{sq / 2, sq / 2, 0, sk, LCA_SLICE_FULL, 0});  // empty
+  return out;
+}
+
+TEST(FlexSchedule, RandomSliceMasksAreExact) {
+  std::mt19937_64 rng(2026);
+  for (auto [sq, sk] : {std::pair<int64_t, int64_t>{300, 300}, {64, 64}, {65, 200}, {513, 130}, {1, 77}, {200, 1}}) {
+    for (int rep = 0; rep < 6; ++rep) {
+      const auto slices = random_slices(rng, sq, sk);
+      const lca_mask m{sizeof(lca_mask), sq, sk, static_cast<int64_t>(slices.size()), slices.data(), nullptr, 0, nullptr};
+      expect_exact(m, "random " + std::to_string(sq) + "x" + std::to_string(sk) + " #" + std::to_string(rep));
+    }
+  }
+}
+
+TEST(FlexSchedule, MemoryStaysLinearAtLongLengths) {
+  // 512K causal: one full run and one partial tile per row tile; 512K full: one run per tile.
+  const int64_t s = 512 * 1024;
+  for (int type : {LCA_SLICE_FULL, LCA_SLICE_CAUSAL}) {
+    const lca_slice one{0, s, 0, s, type, 0};
+    const lca_mask m{sizeof(lca_mask), s, s, 1, &one, nullptr, 0, nullptr};
+    const TileSchedule f = build_schedule(m, true);
+    EXPECT_EQ(f.row_tiles, s / kTile);
+    EXPECT_LE(f.runs.size(), 2u * f.row_tiles);
+    EXPECT_EQ(f.partial_tiles, type == LCA_SLICE_FULL ? 0 : s / kTile);
+    EXPECT_EQ(f.full_tiles + f.partial_tiles,
+              type == LCA_SLICE_FULL ? (s / kTile) * (s / kTile) : (s / kTile) * (s / kTile + 1) / 2);
+    if (type == LCA_SLICE_CAUSAL) EXPECT_EQ(f.order.front(), f.row_tiles - 1) << "longest rows first";
+  }
+}
+
+}  // namespace
+}  // namespace lca::test

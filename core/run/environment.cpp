@@ -63,6 +63,15 @@ nlohmann::json collect_environment(const Registry& registry) {
     nlohmann::json j = {{"name", p.name()}, {"kind", p.kind()}, {"version", p.manifest.version},
                         {"loaded", p.loaded}};
     if (!p.loaded) j["refusal"] = p.refusal;
+    if (p.kind() == "kernel") {
+      // The manifest's capabilities, so that a report can print them without the plugins.
+      const auto& c = p.manifest.kernel;
+      j["caps"] = {{"device", c.device}, {"min_cc", c.min_cc}, {"dtypes", c.dtypes},
+                   {"head_dims", c.any_head_dim ? nlohmann::json("any") : nlohmann::json(c.head_dims)},
+                   {"gqa", c.gqa}, {"backward", c.backward}, {"varlen", c.varlen},
+                   {"masks", c.any_mask ? nlohmann::json("any") : nlohmann::json(c.masks)},
+                   {"max_seqlen", c.max_seqlen}};
+    }
     env["plugins"].push_back(j);
   }
   for (const auto& r : registry.refusals()) env["refused_manifests"].push_back(r.message);

@@ -57,5 +57,7 @@ int cmd_masks(const Options& opt);
 int cmd_run(const Options& opt);
 int cmd_run_cell(const Options& opt);
 int cmd_cp(Options opt, int* argc, char*** argv);
+// Runs the report script (share/lca/report.py) with `command` and args; returns only on error.
+int cmd_script(const std::string& command, const std::vector<std::string>& args);
 
 }  // namespace lca::app

@@ -11,7 +11,8 @@ int main(int argc, char** argv) {
   lca::app::Options opt;
   CLI::App app{"lca: the long-context attention benchmark.\n"
                "  lcahost --plugins DIR --matrix quick|all|PRESET|FILE.json   run a matrix\n"
-               "  lcahost --plugins DIR list | caps | masks                     inspect plugins"};
+               "  lcahost --plugins DIR list | caps | masks                     inspect plugins\n"
+               "  lcahost report R.jsonl... --out DIR | compare A.jsonl B.jsonl  charts, summary, regressions"};
   app.set_version_flag("--version", std::string("lca ") + LCA_VERSION + " (" + LCA_GIT_REVISION + ")");
   app.add_option("--plugins", opt.plugins, "Plugin folder (default: $LCA_PLUGIN_DIR or ../plugins beside lcahost)");
   app.add_flag("-v,--verbose", opt.verbose, "More log output (repeat for trace)");
@@ -57,6 +58,12 @@ int main(int argc, char** argv) {
   run_cell->group("");
   run_cell->add_option("--cell", opt.cell_json, "The cell as JSON")->required();
 
+  // report and compare belong to the report script: every argument after the name goes to it
+  // unparsed, --help included (the script prints its own).
+  auto* report = app.add_subcommand("report", "Charts (PNG) and summary.md of results: report R.jsonl... --out DIR");
+  auto* compare = app.add_subcommand("compare", "B/A cell by cell with the noise band: compare A.jsonl B.jsonl");
+  for (auto* sub : {report, compare}) sub->allow_extras()->prefix_command()->set_help_flag();
+
   app.require_subcommand(0, 1);
   try {
     app.parse(argc, argv);
@@ -71,6 +78,8 @@ int main(int argc, char** argv) {
     if (*caps) return lca::app::cmd_caps(opt);
     if (*masks) return lca::app::cmd_masks(opt);
     if (*run_cell) return lca::app::cmd_run_cell(opt);
+    if (*report) return lca::app::cmd_script("report", report->remaining());
+    if (*compare) return lca::app::cmd_script("compare", compare->remaining());
     if (!opt.cp.empty()) return lca::app::cmd_cp(opt, &argc, &argv);
     if (!opt.matrix.empty() || !opt.resume.empty()) return lca::app::cmd_run(opt);
   } catch (const std::exception& e) {

@@ -1,0 +1,95 @@
+"""Two runs cell by cell: B/A of the median time and of TFLOP/s, against the noise band of the
+repeats; cells that got slower beyond the band are regressions, faster ones improvements, and a
+cell that ran ok in A but not in B is a regression too. Used by `lcahost compare`.
+Rule: the exit status is the verdict: 0 none beyond the threshold, 1 regression, 2 bad input."""
+from .results import PROBLEMS, cell_key, describe_key, load, timed
+from .tables import markdown
+
+OK, REGRESSION, BAD_INPUT = 0, 1, 2
+
+
+def spread(cell):
+    """Half the relative min-max range of the repeats: how far one run's median may wander."""
+    t = cell.get("time_ms") or {}
+    median, lo, hi = t.get("median", 0), t.get("min", 0), t.get("max", 0)
+    return (hi - lo) / (2 * median) if median > 0 else 0.0
+
+
+def compare_cells(a, b, threshold, min_band):
+    """Rows for every cell in both, as dicts; verdict is noise, slower, faster or a status change."""
+    rows = []
+    for key in sorted(set(a) & set(b), key=describe_key):
+        ca, cb = a[key], b[key]
+        row = {"cell": describe_key(key), "a": ca, "b": cb, "status": f"{ca['status']} -> {cb['status']}"}
+        if timed(ca) and timed(cb) and ca["time_ms"].get("median", 0) > 0:
+            ratio = cb["time_ms"]["median"] / ca["time_ms"]["median"]
+            band = max(spread(ca) + spread(cb), min_band)
+            row.update(ratio=ratio, band=band,
+                       tflops_ratio=cb.get("tflops", 0) / ca["tflops"] if ca.get("tflops") else None)
+            if ratio > 1 + band:
+                row["verdict"] = "slower"
+                row["regression"] = ratio - 1 > threshold
+            elif ratio < 1 - band:
+                row["verdict"] = "faster"
+            else:
+                row["verdict"] = "noise"
+        if ca["status"] != cb["status"]:
+            worse = cb["status"] in PROBLEMS + ("E",) and ca["status"] not in PROBLEMS
+            row["verdict"] = "status worse" if worse else "status changed"
+            row["regression"] = row.get("regression", False) or worse
+        row.setdefault("verdict", "same")
+        row.setdefault("regression", False)
+        rows.append(row)
+    return rows
+
+
+def _ms(cell):
+    return f"{cell['time_ms']['median']:.4g}" if timed(cell) else cell["status"]
+
+
+def _tf(cell):
+    return f"{cell['tflops']:.4g}" if timed(cell) else "-"
+
+
+def render(rows, only_a, only_b, threshold, fmt):
+    head = ["cell", "A ms", "B ms", "B/A time", "noise band", "A TFLOP/s", "B TFLOP/s", "B/A TFLOP/s", "verdict"]
+    body = []
+    for r in rows:
+        ratio = f"{r['ratio']:.3f}" if "ratio" in r else "-"
+        band = f"+-{100 * r['band']:.1f}%" if "band" in r else "-"
+        tf = f"{r['tflops_ratio']:.3f}" if r.get("tflops_ratio") else "-"
+        verdict = r["verdict"] + (" (REGRESSION)" if r["regression"] else "")
+        if r["verdict"].startswith("status"):
+            verdict += f": {r['status']}"
+        body.append([r["cell"], _ms(r["a"]), _ms(r["b"]), ratio, band, _tf(r["a"]), _tf(r["b"]), tf, verdict])
+    lines = markdown(head, body) if fmt == "md" else _aligned(head, body)
+    for title, keys in (("only in A", only_a), ("only in B", only_b)):
+        if keys:
+            lines += ["", f"{len(keys)} cell(s) {title}:"] + [f"  {describe_key(k)}" for k in sorted(keys, key=describe_key)]
+    regressions = sum(r["regression"] for r in rows)
+    counts = {v: sum(r["verdict"] == v for r in rows)
+              for v in ("slower", "faster", "noise", "status worse", "status changed", "same")}
+    lines += ["", f"{len(rows)} cells in both: {counts['noise']} within noise, {counts['slower']} slower, "
+              f"{counts['faster']} faster, {counts['status worse']} worse status, {counts['status changed']} other status "
+              f"changes, {counts['same']} untimed in both; {regressions} regression(s) beyond {100 * threshold:.1f}%"]
+    return lines, regressions
+
+
+def _aligned(head, body):
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    def line(r):
+        return "  ".join(str(v).ljust(w) if i in (0, len(r) - 1) else str(v).rjust(w)
+                         for i, (v, w) in enumerate(zip(r, widths))).rstrip()
+    return ["# " + line(head)] + ["  " + line(r) for r in body]
+
+
+def main(path_a, path_b, threshold, min_band, fmt, out):
+    a = {cell_key(c): c for c in load([path_a]).cells}
+    b = {cell_key(c): c for c in load([path_b]).cells}
+    rows = compare_cells(a, b, threshold, min_band)
+    lines, regressions = render(rows, set(a) - set(b), set(b) - set(a), threshold, fmt)
+    out.write(f"# compare  A = {path_a}  B = {path_b}\n" + "\n".join(lines) + "\n")
+    if not rows:
+        out.write("no cell is in both files: nothing was compared\n")
+        return BAD_INPUT
+    return REGRESSION if regressions else OK

@@ -41,6 +41,16 @@ struct GroupCursor {
   }
 };
 
+// dst[0] += a, dst[1] += b atomically (one vector atomic on sm_90, two scalar ones before).
+__device__ __forceinline__ void add_pair(float* dst, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
+}
+
 template <class T, int D>
 __device__ __forceinline__ void load_query_side(const BwdParams& p, const SmemTile<T, D>& sq,
                                                 const SmemTile<T, D>& sdo, float* lse2, float* delta,
@@ -196,14 +206,8 @@ __global__ void __launch_bounds__(128) backward_kernel(const BwdParams p) {
 #pragma unroll
       for (int n = 0; n < 4; ++n) {
         const int col = dc * 32 + n * 8;
-        if (row_a < p.seqlen_q) {
-          atomicAdd(acc_a + col, acc[n][0]);
-          atomicAdd(acc_a + col + 1, acc[n][1]);
-        }
-        if (row_b < p.seqlen_q) {
-          atomicAdd(acc_b + col, acc[n][2]);
-          atomicAdd(acc_b + col + 1, acc[n][3]);
-        }
+        if (row_a < p.seqlen_q) add_pair(acc_a + col, acc[n][0], acc[n][1]);
+        if (row_b < p.seqlen_q) add_pair(acc_b + col, acc[n][2], acc[n][3]);
       }
     }
     cp_async_wait_all();

@@ -13,6 +13,9 @@
 
 namespace lca_flex_flash {
 
+// Query rows of a forward tile (the forward schedule's tile_rows); the backward uses kTile keys.
+constexpr int kFwdRows = 128;
+
 struct DeviceSchedule {
   const TileRun* runs = nullptr;
   const int32_t* run_offsets = nullptr;

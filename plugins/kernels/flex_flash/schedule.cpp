@@ -66,11 +66,11 @@ bool reach_of(const lca_slice& s, bool by_query, int64_t r0, int64_t r1, bool wh
     }
   }
   if (first) return false;  // no row sees anything
-  out->touch_begin = static_cast<int32_t>(lo_min / kTile);
-  out->touch_end = static_cast<int32_t>((hi_max + kTile - 1) / kTile);
+  out->touch_begin = static_cast<int32_t>(lo_min / kTileCols);
+  out->touch_end = static_cast<int32_t>((hi_max + kTileCols - 1) / kTileCols);
   out->full_begin = out->full_end = 0;
   if (whole_tile && a == r0 && b == r1 && !any_empty) {
-    const int64_t fb = (lo_max + kTile - 1) / kTile, fe = hi_min / kTile;
+    const int64_t fb = (lo_max + kTileCols - 1) / kTileCols, fe = hi_min / kTileCols;
     if (fe > fb) {
       out->full_begin = static_cast<int32_t>(fb);
       out->full_end = static_cast<int32_t>(fe);
@@ -88,21 +88,24 @@ void set_bits(uint64_t* word, int64_t lo, int64_t hi) {
 
 }  // namespace
 
-TileSchedule build_schedule(const lca_mask& mask, bool by_query) {
+TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_rows) {
+  lca::require(tile_rows == 64 || tile_rows == 128, LCA_ERR_INTERNAL, "flex_flash: tile rows must be 64 or 128");
   TileSchedule s;
+  s.tile_rows = tile_rows;
+  const int64_t R = tile_rows;
   s.rows = by_query ? mask.seqlen_q : mask.seqlen_k;
   s.cols = by_query ? mask.seqlen_k : mask.seqlen_q;
-  lca::require(s.rows / kTile < std::numeric_limits<int32_t>::max() / 2 && mask.num_slices < (int64_t{1} << 31),
+  lca::require(s.rows / R < std::numeric_limits<int32_t>::max() / 2 && mask.num_slices < (int64_t{1} << 31),
                LCA_ERR_UNSUPPORTED, "flex_flash: the mask is too large for 32-bit tile indices");
-  s.row_tiles = static_cast<int32_t>((s.rows + kTile - 1) / kTile);
-  s.col_tiles = static_cast<int32_t>((s.cols + kTile - 1) / kTile);
+  s.row_tiles = static_cast<int32_t>((s.rows + R - 1) / R);
+  s.col_tiles = static_cast<int32_t>((s.cols + kTileCols - 1) / kTileCols);
 
   // Slices bucketed by the row tiles they span (CSR).
   std::vector<int64_t> bucket_offsets(static_cast<size_t>(s.row_tiles) + 1, 0);
   auto tiles_of = [&](const lca_slice& sl) {
     const Span span = row_span(sl, by_query);
     const bool empty = span.end <= span.begin || sl.q_end <= sl.q_begin || sl.k_end <= sl.k_begin;
-    return empty ? Span{0, 0} : Span{span.begin / kTile, (span.end + kTile - 1) / kTile};
+    return empty ? Span{0, 0} : Span{span.begin / R, (span.end + R - 1) / R};
   };
   for (int64_t i = 0; i < mask.num_slices; ++i) {
     const Span t = tiles_of(mask.slices[i]);
@@ -124,8 +127,8 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query) {
   std::vector<int32_t> touching;
   std::vector<Reach> reaches;
   for (int32_t t = 0; t < s.row_tiles; ++t) {
-    const int64_t r0 = int64_t{t} * kTile, r1 = std::min(r0 + kTile, s.rows);
-    const bool whole = r1 - r0 == kTile;
+    const int64_t r0 = int64_t{t} * R, r1 = std::min(r0 + R, s.rows);
+    const bool whole = r1 - r0 == R;
     touching.clear();
     reaches.clear();
     for (int64_t b = bucket_offsets[t]; b < bucket_offsets[t + 1]; ++b) {
@@ -168,7 +171,7 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query) {
         if (prev != nullptr && prev->mask >= 0 && prev->end == x) prev->end = y;
         else s.runs.push_back(TileRun{x, y, first_mask, 0});
         s.partial_tiles += y - x;
-        s.bits.resize(static_cast<size_t>(s.partial_tiles) * kTile, 0);
+        s.bits.resize(static_cast<size_t>(s.partial_tiles) * R, 0);
         // Rasterize the new partial tiles [x, y) from every slice that reaches them.
         for (size_t i = 0; i < touching.size(); ++i) {
           if (reaches[i].touch_end <= x || reaches[i].touch_begin >= y) continue;
@@ -176,12 +179,12 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query) {
           const Span span = row_span(sl, by_query);
           for (int64_t row = std::max(r0, span.begin); row < std::min(r1, span.end); ++row) {
             const Span c = col_range(sl, row, by_query);
-            const int64_t c0 = std::max<int64_t>(c.begin, int64_t{x} * kTile);
-            const int64_t c1 = std::min<int64_t>(c.end, int64_t{y} * kTile);
-            for (int64_t col_tile = c0 / kTile; col_tile * kTile < c1; ++col_tile) {
-              const int64_t base = col_tile * kTile;
-              uint64_t* word = &s.bits[(static_cast<size_t>(first_mask) + (col_tile - x)) * kTile + (row - r0)];
-              set_bits(word, std::max(c0, base) - base, std::min(c1, base + kTile) - base);
+            const int64_t c0 = std::max<int64_t>(c.begin, int64_t{x} * kTileCols);
+            const int64_t c1 = std::min<int64_t>(c.end, int64_t{y} * kTileCols);
+            for (int64_t col_tile = c0 / kTileCols; col_tile * kTileCols < c1; ++col_tile) {
+              const int64_t base = col_tile * kTileCols;
+              uint64_t* word = &s.bits[(static_cast<size_t>(first_mask) + (col_tile - x)) * R + (row - r0)];
+              set_bits(word, std::max(c0, base) - base, std::min(c1, base + kTileCols) - base);
             }
           }
         }
@@ -197,13 +200,14 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query) {
 }
 
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col) {
-  const int64_t t = row / kTile, c = col / kTile;
+  const int64_t t = row / s.tile_rows, c = col / kTileCols;
   for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) {
     const TileRun& run = s.runs[r];
     if (c < run.begin || c >= run.end) continue;
     if (run.mask < 0) return true;
-    const uint64_t word = s.bits[(static_cast<size_t>(run.mask) + (c - run.begin)) * kTile + (row - t * kTile)];
-    return (word >> (col - c * kTile)) & 1u;
+    const uint64_t word =
+        s.bits[(static_cast<size_t>(run.mask) + (c - run.begin)) * s.tile_rows + (row - t * s.tile_rows)];
+    return (word >> (col - c * kTileCols)) & 1u;
   }
   return false;
 }

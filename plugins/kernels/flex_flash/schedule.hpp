@@ -11,11 +11,12 @@
 
 namespace lca_flex_flash {
 
-constexpr int kTile = 64;  // tile edge in tokens, on both axes, forward and backward
+constexpr int kTile = 64;       // column tile edge: one bit of a 64-bit word per column
+constexpr int kTileCols = kTile;
 
 // Column tiles [begin, end) of one row tile. mask < 0: every tile is fully visible. Otherwise
-// tile begin + i has its bitmask at bits[(mask + i) * kTile .. + kTile): word r holds the
-// visibility of row r of the tile, bit c that of column c.
+// tile begin + i has its bitmask at bits[(mask + i) * tile_rows .. + tile_rows): word r holds
+// the visibility of row r of the tile, bit c that of column c.
 struct TileRun {
   int32_t begin, end;
   int32_t mask;
@@ -24,17 +25,18 @@ struct TileRun {
 
 struct TileSchedule {
   int64_t rows = 0, cols = 0;  // tokens along each axis
+  int32_t tile_rows = kTile;   // rows of a tile (columns are always kTileCols)
   int32_t row_tiles = 0, col_tiles = 0;
   std::vector<int32_t> run_offsets;  // row tile t owns runs[run_offsets[t] .. run_offsets[t+1])
   std::vector<TileRun> runs;
-  std::vector<uint64_t> bits;   // kTile words per partial tile
+  std::vector<uint64_t> bits;   // tile_rows words per partial tile
   std::vector<int32_t> order;   // row tiles, most tiles first (the launch order)
   int64_t full_tiles = 0, partial_tiles = 0;
 };
 
 // by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).
-// The mask must already be validated (slices in bounds, known types).
-TileSchedule build_schedule(const lca_mask& mask, bool by_query);
+// tile_rows: 64 or 128. The mask must already be validated (slices in bounds, known types).
+TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_rows = kTile);
 
 // Does the schedule make (row, col) visible? For tests: walks the runs of row's tile.
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col);

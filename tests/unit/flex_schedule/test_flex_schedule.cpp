@@ -1,7 +1,7 @@
 // flex_flash's tile schedule against the slice definition (lca::slice_contains): for the 14
 // builtin patterns at odd lengths and for random masks of disjoint slices of every type (rows
 // shared by several slices, empty slices, q != k lengths), in the forward (rows = queries) and
-// backward (rows = keys) orientations. Also: full tiles really are full, every tile is listed
+// backward (rows = keys) orientations, with 64- and 128-row tiles. Also: full tiles really are full, every tile is listed
 // at most once, and the launch order is a permutation sorted by work.
 #include "builtin_fixture.hpp"
 
@@ -35,9 +35,9 @@ void expect_exact(const lca_mask& m, const std::string& label) {
       for (int64_t k = s.k_begin; k < s.k_end; ++k)
         if (lca::slice_contains(s, q, k)) truth[q * m.seqlen_k + k] = 1;
   }
-  for (bool by_query : {true, false}) {
-    SCOPED_TRACE(label + (by_query ? " forward" : " backward"));
-    const TileSchedule s = build_schedule(m, by_query);
+  for (auto [by_query, tile_rows] : {std::pair{true, 64}, std::pair{true, 128}, std::pair{false, 64}}) {
+    SCOPED_TRACE(label + (by_query ? " forward" : " backward") + " tile rows " + std::to_string(tile_rows));
+    const TileSchedule s = build_schedule(m, by_query, tile_rows);
     ASSERT_EQ(s.rows, by_query ? m.seqlen_q : m.seqlen_k);
     int64_t wrong = 0;
     for (int64_t r = 0; r < s.rows; ++r)
@@ -59,7 +59,7 @@ void expect_exact(const lca_mask& m, const std::string& label) {
         (run.mask < 0 ? full : partial) += run.end - run.begin;
         if (run.mask >= 0) continue;
         for (int32_t c = run.begin; c < run.end; ++c)
-          for (int64_t r = int64_t{t} * kTile; r < (t + 1) * int64_t{kTile}; ++r)
+          for (int64_t r = int64_t{t} * tile_rows; r < (t + 1) * int64_t{tile_rows}; ++r)
             for (int64_t x = int64_t{c} * kTile; x < (c + 1) * int64_t{kTile}; ++x) {
               ASSERT_TRUE(r < s.rows && x < s.cols) << "a full tile reaches past the sequence";
               ASSERT_TRUE(by_query ? truth[r * m.seqlen_k + x] : truth[x * m.seqlen_k + r]);
@@ -68,7 +68,7 @@ void expect_exact(const lca_mask& m, const std::string& label) {
     }
     EXPECT_EQ(full, s.full_tiles);
     EXPECT_EQ(partial, s.partial_tiles);
-    EXPECT_EQ(s.bits.size(), static_cast<size_t>(partial) * kTile);
+    EXPECT_EQ(s.bits.size(), static_cast<size_t>(partial) * tile_rows);
     std::vector<int32_t> sorted = s.order;
     std::sort(sorted.begin(), sorted.end());
     for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(sorted[t], t) << "the order is not a permutation";
@@ -148,6 +148,10 @@ TEST(FlexSchedule, MemoryStaysLinearAtLongLengths) {
     EXPECT_EQ(f.full_tiles + f.partial_tiles,
               type == LCA_SLICE_FULL ? (s / kTile) * (s / kTile) : (s / kTile) * (s / kTile + 1) / 2);
     if (type == LCA_SLICE_CAUSAL) EXPECT_EQ(f.order.front(), f.row_tiles - 1) << "longest rows first";
+    const TileSchedule f128 = build_schedule(m, true, 128);
+    EXPECT_EQ(f128.row_tiles, s / 128);
+    EXPECT_LE(f128.runs.size(), 2u * f128.row_tiles);
+    EXPECT_EQ(f128.partial_tiles, type == LCA_SLICE_FULL ? 0 : 2 * (s / 128));
   }
 }
 

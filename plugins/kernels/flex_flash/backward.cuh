@@ -1,5 +1,5 @@
-// The flex_flash backward kernels (mma.sync, sm_80+). The main kernel runs one block of 4 warps
-// per (key tile of 64 rows, kv head): each warp owns 16 keys and accumulates their dK and dV in
+// The flex_flash backward kernels (mma.sync, sm_80+). The main kernel runs one block of 8 warps
+// per (key tile of kBwdKeys = 128 rows, kv head): each warp owns 16 keys and accumulates their dK and dV in
 // registers over every query head of the group and every query tile of its key tile's runs
 // (Q, dO, LSE and delta double-buffered); dQ goes through shared memory (dS) and fp32 atomics.
 // A pre-pass computes delta = rowsum(dO * O), a post-pass scales dQ into the output dtype.
@@ -19,9 +19,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 template <class T, int D>
 struct BwdSmem {
-  static constexpr int kTileBytes = SmemTile<T, D>::kBytes;
-  static constexpr int kDsOffset = 6 * kTileBytes;  // K, V, Q x2, dO x2
-  static constexpr int kRowOffset = kDsOffset + SmemTile<T, 64>::kBytes;
+  static constexpr int kTileBytes = SmemTile<T, D>::kBytes;  // 64 rows
+  static constexpr int kKeyBytes = (kBwdKeys / kTile) * kTileBytes;
+  static constexpr int kQOffset = 2 * kKeyBytes;  // K, V (kBwdKeys rows each), then Q x2, dO x2
+  static constexpr int kDsOffset = kQOffset + 4 * kTileBytes;
+  static constexpr int kRowOffset = kDsOffset + kTile * kBwdKeys * int(sizeof(T));  // dS: 64 x kBwdKeys
   static constexpr int kBytes = kRowOffset + 4 * kTile * int(sizeof(float));  // LSE x2, delta x2
 };
 
@@ -66,15 +68,17 @@ __device__ __forceinline__ void load_query_side(const BwdParams& p, const SmemTi
 }
 
 template <class T, int D>
-__global__ void __launch_bounds__(128) backward_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(kBwdThreads, 1) backward_kernel(const BwdParams p) {
   using M = Mma<T>;
   using S = BwdSmem<T, D>;
   extern __shared__ __align__(128) char smem[];
-  const SmemTile<T, D> sk{smem}, sv{smem + S::kTileBytes};
+  // K and V hold kBwdKeys rows each: consecutive 64-row tiles address as one (the swizzle
+  // depends on the row's low bits only).
+  const SmemTile<T, D> sk{smem}, sv{smem + S::kKeyBytes};
   // Buffers by arithmetic, not by indexing arrays of pointers (which would live in local memory).
-  auto sq = [&](int b) { return SmemTile<T, D>{smem + (2 + b) * S::kTileBytes}; };
-  auto sdo = [&](int b) { return SmemTile<T, D>{smem + (4 + b) * S::kTileBytes}; };
-  const SmemTile<T, 64> sds{smem + S::kDsOffset};
+  auto sq = [&](int b) { return SmemTile<T, D>{smem + S::kQOffset + b * S::kTileBytes}; };
+  auto sdo = [&](int b) { return SmemTile<T, D>{smem + S::kQOffset + (2 + b) * S::kTileBytes}; };
+  const SmemTile<T, kBwdKeys> sds{smem + S::kDsOffset};  // dS as 64 query rows x kBwdKeys keys
   float* rows = reinterpret_cast<float*>(smem + S::kRowOffset);
   auto lse2 = [&](int b) { return rows + b * kTile; };
   auto delta = [&](int b) { return rows + (2 + b) * kTile; };
@@ -83,10 +87,14 @@ __global__ void __launch_bounds__(128) backward_kernel(const BwdParams p) {
   const int hk = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int64_t k0 = int64_t{k_tile} * kTile;
+  const int64_t k0 = int64_t{k_tile} * kBwdKeys;
 
-  sk.load_async(static_cast<const T*>(p.k) + hk * p.k_head, p.k_tok, k0, p.seqlen_k);
-  sv.load_async(static_cast<const T*>(p.v) + hk * p.v_head, p.v_tok, k0, p.seqlen_k);
+  for (int part = 0; part < kBwdKeys / kTile; ++part) {
+    SmemTile<T, D>{sk.base + part * S::kTileBytes}.load_async(static_cast<const T*>(p.k) + hk * p.k_head, p.k_tok,
+                                                              k0 + part * kTile, p.seqlen_k);
+    SmemTile<T, D>{sv.base + part * S::kTileBytes}.load_async(static_cast<const T*>(p.v) + hk * p.v_head, p.v_tok,
+                                                              k0 + part * kTile, p.seqlen_k);
+  }
   GroupCursor cur(&p.sched, k_tile, p.group);
   if (cur.valid())
     load_query_side(p, sq(0), sdo(0), lse2(0), delta(0), hk * p.group + cur.head, int64_t{cur.tiles.tile} * kTile);
@@ -137,7 +145,7 @@ __global__ void __launch_bounds__(128) backward_kernel(const BwdParams p) {
     // P^T from the forward's LSE, then dS^T = P^T (dP^T - delta); key rows g and g + 8.
     uint64_t w[2] = {~uint64_t{0}, ~uint64_t{0}};
     if (mask >= 0) {
-      const uint64_t* bits = p.sched.bits + int64_t{mask} * kTile + warp * 16 + g;
+      const uint64_t* bits = p.sched.bits + int64_t{mask} * kBwdKeys + warp * 16 + g;
       w[0] = bits[0];
       w[1] = bits[8];
     }
@@ -179,35 +187,35 @@ __global__ void __launch_bounds__(128) backward_kernel(const BwdParams p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = warp * 16 + g + 8 * (e >> 1), query = n * 8 + 2 * t4 + (e & 1);
-        ds[swizzled(query, key / 8, 8) * 8 + key % 8] = M::from_float(dpt[n][e]);
+        ds[swizzled(query, key / 8, kBwdKeys / 8) * 8 + key % 8] = M::from_float(dpt[n][e]);
       }
     __syncthreads();
-    // dQ rows warp*16 .. +15, 32 columns at a time, into the fp32 accumulator.
-    uint32_t dsa[4][4];
+    // dQ = dS K for the 64 query rows: warp w takes rows 16 (w % 4) .. +15 and one half of the
+    // head dim, summed over the block's kBwdKeys keys, into the fp32 accumulator.
+    {
+      const int qrow = 16 * (warp & 3), dhalf = (warp >> 2) * (D / 2);
+      float acc[D / 16][4];
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) sds.a_frag(dsa[ks], warp * 16, ks * 16);
-    const int64_t row_a = q0 + warp * 16 + g, row_b = row_a + 8;
-    float* acc_a = p.dq_accum + (row_a * p.heads_q + hq) * D + 2 * t4;
-    float* acc_b = p.dq_accum + (row_b * p.heads_q + hq) * D + 2 * t4;
+      for (int n = 0; n < D / 16; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 #pragma unroll
-    for (int dc = 0; dc < D / 32; ++dc) {
-      float acc[4][4];
+      for (int ks = 0; ks < kBwdKeys / 16; ++ks) {
+        uint32_t dsa[4];
+        sds.a_frag(dsa, qrow, ks * 16);
 #pragma unroll
-      for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-        for (int dp = 0; dp < 2; ++dp) {
+        for (int dp = 0; dp < D / 32; ++dp) {
           uint32_t kb[4];
-          sk.b_frag_kn(kb, ks * 16, dc * 32 + dp * 16);
-          M::run(acc[2 * dp], dsa[ks], kb[0], kb[1]);
-          M::run(acc[2 * dp + 1], dsa[ks], kb[2], kb[3]);
+          sk.b_frag_kn(kb, ks * 16, dhalf + dp * 16);
+          M::run(acc[2 * dp], dsa, kb[0], kb[1]);
+          M::run(acc[2 * dp + 1], dsa, kb[2], kb[3]);
         }
+      }
+      const int64_t row_a = q0 + qrow + g, row_b = row_a + 8;
+      float* acc_a = p.dq_accum + (row_a * p.heads_q + hq) * D + dhalf + 2 * t4;
+      float* acc_b = p.dq_accum + (row_b * p.heads_q + hq) * D + dhalf + 2 * t4;
 #pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        const int col = dc * 32 + n * 8;
-        if (row_a < p.seqlen_q) add_pair(acc_a + col, acc[n][0], acc[n][1]);
-        if (row_b < p.seqlen_q) add_pair(acc_b + col, acc[n][2], acc[n][3]);
+      for (int n = 0; n < D / 16; ++n) {
+        if (row_a < p.seqlen_q) add_pair(acc_a + n * 8, acc[n][0], acc[n][1]);
+        if (row_b < p.seqlen_q) add_pair(acc_b + n * 8, acc[n][2], acc[n][3]);
       }
     }
     cp_async_wait_all();
@@ -271,7 +279,7 @@ void run_backward(const BwdParams& p, cudaStream_t stream) {
   constexpr int smem = BwdSmem<T, D>::kBytes;
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
-  backward_kernel<T, D><<<grid, 128, smem, stream>>>(p);
+  backward_kernel<T, D><<<grid, kBwdThreads, smem, stream>>>(p);
   LCA_FLEX_CHECK_LAUNCH("flex_flash backward_kernel");
   dq_kernel<T, D><<<static_cast<unsigned>((elems + 255) / 256), 256, 0, stream>>>(p);
   LCA_FLEX_CHECK_LAUNCH("flex_flash dq_kernel");

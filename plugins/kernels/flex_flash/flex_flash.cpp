@@ -102,7 +102,7 @@ class FlexFlash final : public lca::IKernel {
     auto plan = std::make_unique<FlexPlan>();
     plan->problem = pr;
     plan->fwd = upload(build_schedule(mask, /*by_query=*/true, kFwdRows), exec);
-    plan->bwd = upload(build_schedule(mask, /*by_query=*/false), exec);
+    plan->bwd = upload(build_schedule(mask, /*by_query=*/false, kBwdKeys), exec);
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
     return plan;
   }

@@ -13,8 +13,11 @@
 
 namespace lca_flex_flash {
 
-// Query rows of a forward tile (the forward schedule's tile_rows); the backward uses kTile keys.
+// Query rows of a forward tile (the forward schedule's tile_rows), keys of a backward tile (the
+// backward schedule's tile_rows) and the backward block's threads (16 keys a warp).
 constexpr int kFwdRows = 128;
+constexpr int kBwdKeys = 128;
+constexpr int kBwdThreads = kBwdKeys / 16 * 32;
 
 struct DeviceSchedule {
   const TileRun* runs = nullptr;

@@ -35,7 +35,7 @@ void expect_exact(const lca_mask& m, const std::string& label) {
       for (int64_t k = s.k_begin; k < s.k_end; ++k)
         if (lca::slice_contains(s, q, k)) truth[q * m.seqlen_k + k] = 1;
   }
-  for (auto [by_query, tile_rows] : {std::pair{true, 64}, std::pair{true, 128}, std::pair{false, 64}}) {
+  for (auto [by_query, tile_rows] : {std::pair{true, 64}, std::pair{true, 128}, std::pair{false, 64}, std::pair{false, 128}}) {
     SCOPED_TRACE(label + (by_query ? " forward" : " backward") + " tile rows " + std::to_string(tile_rows));
     const TileSchedule s = build_schedule(m, by_query, tile_rows);
     ASSERT_EQ(s.rows, by_query ? m.seqlen_q : m.seqlen_k);

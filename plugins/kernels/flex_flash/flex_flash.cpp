@@ -22,10 +22,10 @@ using lca::require;
 
 struct UploadedSchedule {
   DeviceBuffer runs, run_offsets, bits, order;
-  int32_t row_tiles = 0;
+  int32_t row_tiles = 0, tile_rows = 0;
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
-                          row_tiles};
+                          row_tiles, tile_rows};
   }
 };
 
@@ -46,6 +46,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec) {
   u.bits = upload(s.bits, exec, "the partial-tile bitmasks");
   u.order = upload(s.order, exec, "the tile order");
   u.row_tiles = s.row_tiles;
+  u.tile_rows = s.tile_rows;
   return u;
 }
 
@@ -101,7 +102,7 @@ class FlexFlash final : public lca::IKernel {
     lca_cuda_reference::validate_mask(mask, pr.seqlen_q, pr.seqlen_k);
     auto plan = std::make_unique<FlexPlan>();
     plan->problem = pr;
-    plan->fwd = upload(build_schedule(mask, /*by_query=*/true, kFwdRows), exec);
+    plan->fwd = upload(build_forward_schedule(mask, kFwdRows), exec);
     plan->bwd = upload(build_schedule(mask, /*by_query=*/false, kBwdKeys), exec);
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
     return plan;

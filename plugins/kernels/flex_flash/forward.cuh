@@ -13,21 +13,23 @@
 
 namespace lca_flex_flash::dev {
 
-// kFwdRows (128) query rows a block: each warp owns two 16-row fragments (rows 32w .. 32w + 31),
-// so every K and V fragment read from shared memory feeds two MMAs.
-template <class T, int D>
+// F x 64 query rows a block (F = 2 by default, 1 where the mask's 64-row tiles save work): each
+// warp owns F 16-row fragments (rows 16F w .. 16F w + 16F - 1), so every K and V fragment read
+// from shared memory feeds F MMAs.
+template <class T, int D, int F>
 struct FwdSmem {
-  static constexpr int kQBytes = 2 * SmemTile<T, D>::kBytes;  // 128 rows
+  static constexpr int kQBytes = F * SmemTile<T, D>::kBytes;  // 64 F rows
   static constexpr int kBytes = kQBytes + 4 * SmemTile<T, D>::kBytes;  // Q, K x2, V x2
 };
 
-template <class T, int D>
+template <class T, int D, int F>
 __global__ void __launch_bounds__(128, 2) forward_kernel(const FwdParams p) {
+  constexpr int kRows = 64 * F, kWarpRows = 16 * F;
   using M = Mma<T>;
   extern __shared__ __align__(128) char smem[];
   constexpr int kTileBytes = SmemTile<T, D>::kBytes;
-  constexpr int kQBytes = FwdSmem<T, D>::kQBytes;
-  // One SmemTile addressing covers all 128 Q rows (rows 64..127 continue the same layout).
+  constexpr int kQBytes = FwdSmem<T, D, F>::kQBytes;
+  // One SmemTile addressing covers all Q rows (rows 64..127 continue the same layout).
   const SmemTile<T, D> sq{smem};
   // Buffers by arithmetic, not by indexing an array of tiles (which would live in local memory).
   auto sk = [&](int b) { return SmemTile<T, D>{smem + kQBytes + b * kTileBytes}; };
@@ -37,13 +39,13 @@ __global__ void __launch_bounds__(128, 2) forward_kernel(const FwdParams p) {
   const int h = blockIdx.y, hk = h / p.group;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int64_t q0 = int64_t{q_tile} * kFwdRows;
+  const int64_t q0 = int64_t{q_tile} * kRows;
   const T* q_base = static_cast<const T*>(p.q) + h * p.q_head;
   const T* k_base = static_cast<const T*>(p.k) + hk * p.k_head;
   const T* v_base = static_cast<const T*>(p.v) + hk * p.v_head;
 
-  sq.load_async(q_base, p.q_tok, q0, p.seqlen_q);
-  SmemTile<T, D>{smem + kTileBytes}.load_async(q_base, p.q_tok, q0 + kTile, p.seqlen_q);
+#pragma unroll
+  for (int f = 0; f < F; ++f) SmemTile<T, D>{smem + f * kTileBytes}.load_async(q_base, p.q_tok, q0 + f * kTile, p.seqlen_q);
   TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
   if (cur.valid()) {
     sk(0).load_async(k_base, p.k_tok, int64_t{cur.tile} * kTile, p.seqlen_k);
@@ -53,14 +55,15 @@ __global__ void __launch_bounds__(128, 2) forward_kernel(const FwdParams p) {
   cp_async_wait_all();
   __syncthreads();
 
-  float o[2][D / 8][4];
+  float o[F][D / 8][4];
 #pragma unroll
-  for (int f = 0; f < 2; ++f)
+  for (int f = 0; f < F; ++f)
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) o[f][n][0] = o[f][n][1] = o[f][n][2] = o[f][n][3] = 0.f;
-  // Rows of this thread: fragment f, half r -> tile row 32 * warp + 16 * f + g + 8 * r.
-  float row_max[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
-  float row_sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+  // Rows of this thread: fragment f, half r -> tile row kWarpRows * warp + 16 * f + g + 8 * r.
+  float row_max[F][2], row_sum[F][2];
+#pragma unroll
+  for (int f = 0; f < F; ++f) row_max[f][0] = row_max[f][1] = -INFINITY, row_sum[f][0] = row_sum[f][1] = 0.f;
 
   int buf = 0;
   while (cur.valid()) {
@@ -74,31 +77,31 @@ __global__ void __launch_bounds__(128, 2) forward_kernel(const FwdParams p) {
     cp_async_commit();
 
     // S = Q K^T for this warp's 32 rows x 64 keys.
-    float s[2][8][4];
+    float s[F][8][4];
 #pragma unroll
-    for (int f = 0; f < 2; ++f)
+    for (int f = 0; f < F; ++f)
 #pragma unroll
       for (int n = 0; n < 8; ++n) s[f][n][0] = s[f][n][1] = s[f][n][2] = s[f][n][3] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t qa[2][4];
-      sq.a_frag(qa[0], warp * 32, ks * 16);
-      sq.a_frag(qa[1], warp * 32 + 16, ks * 16);
+      uint32_t qa[F][4];
+#pragma unroll
+      for (int f = 0; f < F; ++f) sq.a_frag(qa[f], warp * kWarpRows + 16 * f, ks * 16);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t kb[4];
         sk(buf).b_frag_nk(kb, np * 16, ks * 16);
 #pragma unroll
-        for (int f = 0; f < 2; ++f) {
+        for (int f = 0; f < F; ++f) {
           M::run(s[f][2 * np], qa[f], kb[0], kb[1]);
           M::run(s[f][2 * np + 1], qa[f], kb[2], kb[3]);
         }
       }
     }
     if (mask >= 0) {
-      const uint64_t* bits = p.sched.bits + int64_t{mask} * kFwdRows + warp * 32 + g;
+      const uint64_t* bits = p.sched.bits + int64_t{mask} * kRows + warp * kWarpRows + g;
 #pragma unroll
-      for (int f = 0; f < 2; ++f) {
+      for (int f = 0; f < F; ++f) {
         const uint64_t w[2] = {bits[16 * f], bits[16 * f + 8]};
 #pragma unroll
         for (int n = 0; n < 8; ++n)
@@ -110,7 +113,7 @@ __global__ void __launch_bounds__(128, 2) forward_kernel(const FwdParams p) {
     // Online softmax in the log2 domain; a thread holds rows g (e = 0, 1) and g + 8 (e = 2, 3)
     // of each fragment.
 #pragma unroll
-    for (int f = 0; f < 2; ++f)
+    for (int f = 0; f < F; ++f)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float mx = -INFINITY;
@@ -138,9 +141,9 @@ __global__ void __launch_bounds__(128, 2) forward_kernel(const FwdParams p) {
     // O += P V: the S accumulators of key blocks 2kk, 2kk+1 are the A fragment of k-step kk.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      uint32_t pa[2][4];
+      uint32_t pa[F][4];
 #pragma unroll
-      for (int f = 0; f < 2; ++f) {
+      for (int f = 0; f < F; ++f) {
         pa[f][0] = M::pack(s[f][2 * kk][0], s[f][2 * kk][1]);
         pa[f][1] = M::pack(s[f][2 * kk][2], s[f][2 * kk][3]);
         pa[f][2] = M::pack(s[f][2 * kk + 1][0], s[f][2 * kk + 1][1]);
@@ -151,7 +154,7 @@ __global__ void __launch_bounds__(128, 2) forward_kernel(const FwdParams p) {
         uint32_t vb[4];
         sv(buf).b_frag_kn(vb, kk * 16, dp * 16);
 #pragma unroll
-        for (int f = 0; f < 2; ++f) {
+        for (int f = 0; f < F; ++f) {
           M::run(o[f][2 * dp], pa[f], vb[0], vb[1]);
           M::run(o[f][2 * dp + 1], pa[f], vb[2], vb[3]);
         }
@@ -166,14 +169,14 @@ __global__ void __launch_bounds__(128, 2) forward_kernel(const FwdParams p) {
   // Finish: row sums across the 4 threads of a row, normalise, write O and LSE.
   T* o_base = static_cast<T*>(p.o) + h * p.o_head;
 #pragma unroll
-  for (int f = 0; f < 2; ++f)
+  for (int f = 0; f < F; ++f)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float sum = row_sum[f][r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      const int64_t row = q0 + warp * 32 + 16 * f + g + 8 * r;
+      const int64_t row = q0 + warp * kWarpRows + 16 * f + g + 8 * r;
       if (row >= p.seqlen_q) continue;
       T* dst = o_base + row * p.o_tok + 2 * t4;
 #pragma unroll
@@ -185,13 +188,20 @@ __global__ void __launch_bounds__(128, 2) forward_kernel(const FwdParams p) {
     }
 }
 
+template <class T, int D, int F>
+void launch_forward_tiles(const FwdParams& p, cudaStream_t stream) {
+  constexpr int smem = FwdSmem<T, D, F>::kBytes;
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<T, D, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
+  forward_kernel<T, D, F><<<grid, 128, smem, stream>>>(p);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash forward_kernel");
+}
+
+// The block's rows follow the schedule's tile rows (64 or 128).
 template <class T, int D>
 void run_forward(const FwdParams& p, cudaStream_t stream) {
-  constexpr int smem = FwdSmem<T, D>::kBytes;
-  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
-  forward_kernel<T, D><<<grid, 128, smem, stream>>>(p);
-  LCA_FLEX_CHECK_LAUNCH("flex_flash forward_kernel");
+  if (p.sched.tile_rows == 64) launch_forward_tiles<T, D, 1>(p, stream);
+  else launch_forward_tiles<T, D, 2>(p, stream);
 }
 
 }  // namespace lca_flex_flash::dev

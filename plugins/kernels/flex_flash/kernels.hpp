@@ -13,8 +13,9 @@
 
 namespace lca_flex_flash {
 
-// Query rows of a forward tile (the forward schedule's tile_rows), keys of a backward tile (the
-// backward schedule's tile_rows) and the backward block's threads (16 keys a warp).
+// Query rows of a forward tile (the forward schedule's tile_rows: 128, or 64 where that computes
+// clearly fewer cells, see plan()), keys of a backward tile (the backward schedule's tile_rows)
+// and the backward block's threads (16 keys a warp).
 constexpr int kFwdRows = 128;
 constexpr int kBwdKeys = 128;
 constexpr int kBwdThreads = kBwdKeys / 16 * 32;
@@ -25,6 +26,7 @@ struct DeviceSchedule {
   const uint64_t* bits = nullptr;
   const int32_t* order = nullptr;
   int32_t row_tiles = 0;
+  int32_t tile_rows = 0;
 };
 
 struct FwdParams {

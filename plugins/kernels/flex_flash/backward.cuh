@@ -1,5 +1,5 @@
 // The flex_flash backward kernels (mma.sync, sm_80+). The main kernel runs one block of 8 warps
-// per (key tile of kBwdKeys = 128 rows, kv head): each warp owns 16 keys and accumulates their dK and dV in
+// per (key tile of kBwdKeys = 128 rows, or 64 with 4 warps where the mask wants, kv head): each warp owns 16 keys and accumulates their dK and dV in
 // registers over every query head of the group and every query tile of its key tile's runs
 // (Q, dO, LSE and delta double-buffered); dQ goes through shared memory (dS) and fp32 atomics.
 // A pre-pass computes delta = rowsum(dO * O), a post-pass scales dQ into the output dtype.
@@ -17,7 +17,7 @@ namespace lca_flex_flash::dev {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <class T, int D>
+template <class T, int D, int kBwdKeys>
 struct BwdSmem {
   static constexpr int kTileBytes = SmemTile<T, D>::kBytes;  // 64 rows
   static constexpr int kKeyBytes = (kBwdKeys / kTile) * kTileBytes;
@@ -67,10 +67,11 @@ __device__ __forceinline__ void load_query_side(const BwdParams& p, const SmemTi
   }
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(kBwdThreads, 1) backward_kernel(const BwdParams p) {
+template <class T, int D, int kBwdKeys>
+__global__ void __launch_bounds__(kBwdKeys * 2, 1) backward_kernel(const BwdParams p) {
   using M = Mma<T>;
-  using S = BwdSmem<T, D>;
+  using S = BwdSmem<T, D, kBwdKeys>;
+  constexpr int kDSplit = kBwdKeys / 64;  // warps per 16 query rows in dQ = dS K
   extern __shared__ __align__(128) char smem[];
   // K and V hold kBwdKeys rows each: consecutive 64-row tiles address as one (the swizzle
   // depends on the row's low bits only).
@@ -190,19 +191,20 @@ __global__ void __launch_bounds__(kBwdThreads, 1) backward_kernel(const BwdParam
         ds[swizzled(query, key / 8, kBwdKeys / 8) * 8 + key % 8] = M::from_float(dpt[n][e]);
       }
     __syncthreads();
-    // dQ = dS K for the 64 query rows: warp w takes rows 16 (w % 4) .. +15 and one half of the
-    // head dim, summed over the block's kBwdKeys keys, into the fp32 accumulator.
+    // dQ = dS K for the 64 query rows: warp w takes rows 16 (w % 4) .. +15 and a 1/kDSplit
+    // share of the head dim, summed over the block's kBwdKeys keys, into the fp32 accumulator.
     {
-      const int qrow = 16 * (warp & 3), dhalf = (warp >> 2) * (D / 2);
-      float acc[D / 16][4];
+      constexpr int kWidth = D / kDSplit;
+      const int qrow = 16 * (warp & 3), dhalf = (warp >> 2) * kWidth;
+      float acc[kWidth / 8][4];
 #pragma unroll
-      for (int n = 0; n < D / 16; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+      for (int n = 0; n < kWidth / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 #pragma unroll
       for (int ks = 0; ks < kBwdKeys / 16; ++ks) {
         uint32_t dsa[4];
         sds.a_frag(dsa, qrow, ks * 16);
 #pragma unroll
-        for (int dp = 0; dp < D / 32; ++dp) {
+        for (int dp = 0; dp < kWidth / 16; ++dp) {
           uint32_t kb[4];
           sk.b_frag_kn(kb, ks * 16, dhalf + dp * 16);
           M::run(acc[2 * dp], dsa, kb[0], kb[1]);
@@ -213,7 +215,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) backward_kernel(const BwdParam
       float* acc_a = p.dq_accum + (row_a * p.heads_q + hq) * D + dhalf + 2 * t4;
       float* acc_b = p.dq_accum + (row_b * p.heads_q + hq) * D + dhalf + 2 * t4;
 #pragma unroll
-      for (int n = 0; n < D / 16; ++n) {
+      for (int n = 0; n < kWidth / 8; ++n) {
         if (row_a < p.seqlen_q) add_pair(acc_a + n * 8, acc[n][0], acc[n][1]);
         if (row_b < p.seqlen_q) add_pair(acc_b + n * 8, acc[n][2], acc[n][3]);
       }
@@ -276,10 +278,20 @@ void run_backward(const BwdParams& p, cudaStream_t stream) {
   const int64_t delta_blocks = (p.seqlen_q * p.heads_q * 32 + 255) / 256;
   delta_kernel<T, D><<<static_cast<unsigned>(delta_blocks), 256, 0, stream>>>(p);
   LCA_FLEX_CHECK_LAUNCH("flex_flash delta_kernel");
-  constexpr int smem = BwdSmem<T, D>::kBytes;
-  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
-  backward_kernel<T, D><<<grid, kBwdThreads, smem, stream>>>(p);
+  // The block's keys follow the backward schedule's tile rows (128, or 64 where that computes
+  // clearly fewer cells).
+  if (p.sched.tile_rows == 64) {
+    constexpr int smem = BwdSmem<T, D, 64>::kBytes;
+    LCA_FLEX_CUDA_CHECK(
+        cudaFuncSetAttribute(backward_kernel<T, D, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    backward_kernel<T, D, 64><<<grid, 128, smem, stream>>>(p);
+  } else {
+    constexpr int smem = BwdSmem<T, D, 128>::kBytes;
+    LCA_FLEX_CUDA_CHECK(
+        cudaFuncSetAttribute(backward_kernel<T, D, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    backward_kernel<T, D, 128><<<grid, 256, smem, stream>>>(p);
+  }
   LCA_FLEX_CHECK_LAUNCH("flex_flash backward_kernel");
   dq_kernel<T, D><<<static_cast<unsigned>((elems + 255) / 256), 256, 0, stream>>>(p);
   LCA_FLEX_CHECK_LAUNCH("flex_flash dq_kernel");

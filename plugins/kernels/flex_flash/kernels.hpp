@@ -15,10 +15,9 @@ namespace lca_flex_flash {
 
 // Query rows of a forward tile (the forward schedule's tile_rows: 128, or 64 where that computes
 // clearly fewer cells, see plan()), keys of a backward tile (the backward schedule's tile_rows)
-// and the backward block's threads (16 keys a warp).
+// (likewise 64 where that computes clearly fewer cells); 16 rows a warp in both.
 constexpr int kFwdRows = 128;
 constexpr int kBwdKeys = 128;
-constexpr int kBwdThreads = kBwdKeys / 16 * 32;
 
 struct DeviceSchedule {
   const TileRun* runs = nullptr;

@@ -38,10 +38,10 @@ struct TileSchedule {
 // tile_rows: 64 or 128. The mask must already be validated (slices in bounds, known types).
 TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_rows = kTile);
 
-// The forward's schedule: wide_rows-row query tiles (they share each K/V fragment between more
-// MMAs), unless 64-row tiles compute clearly fewer cells (masks that change within 64 rows:
-// block-sparse masks of 64-token blocks, many short documents).
-TileSchedule build_forward_schedule(const lca_mask& mask, int32_t wide_rows);
+// The kernels' schedule: wide_rows-row tiles (they share each loaded tile between more MMAs),
+// unless 64-row tiles compute clearly fewer cells (masks that change within 64 rows: block-sparse
+// masks of 64-token blocks, many short documents).
+TileSchedule build_adaptive_schedule(const lca_mask& mask, bool by_query, int32_t wide_rows);
 
 // Does the schedule make (row, col) visible? For tests: walks the runs of row's tile.
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col);

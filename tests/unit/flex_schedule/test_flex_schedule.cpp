@@ -155,22 +155,25 @@ TEST(FlexSchedule, MemoryStaysLinearAtLongLengths) {
   }
 }
 
-// The forward keeps 128-row tiles for masks that are smooth at that scale and takes 64-row tiles
-// for 64-token block-sparse masks; the GPU tests run both kernels through these same masks.
-TEST(FlexSchedule, ForwardTileRowsFollowTheMask) {
+// Forward and backward keep 128-row tiles for masks that are smooth at that scale and take
+// 64-row tiles for 64-token block-sparse masks; the GPU tests run both kernels of each pass
+// through these same masks.
+TEST(FlexSchedule, TileRowsFollowTheMask) {
   auto& p = BuiltinProvider::instance();
   for (int64_t seqlen : {1999, 1201}) {
     auto causal = p.generate("causal", "{}", seqlen, 11);
     auto sparse = p.generate("block_sparse", R"({"sparsity":0.3})", seqlen, 11);
     ASSERT_EQ(sparse.status, LCA_OK) << sparse.error;
-    EXPECT_EQ(lca_flex_flash::build_forward_schedule(*causal.mask, 128).tile_rows, 128);
-    const TileSchedule s = lca_flex_flash::build_forward_schedule(*sparse.mask, 128);
-    EXPECT_EQ(s.tile_rows, 64);
+    for (bool by_query : {true, false}) {
+      EXPECT_EQ(lca_flex_flash::build_adaptive_schedule(*causal.mask, by_query, 128).tile_rows, 128);
+      EXPECT_EQ(lca_flex_flash::build_adaptive_schedule(*sparse.mask, by_query, 128).tile_rows, 64);
+    }
     expect_exact(*sparse.mask, "block_sparse forward choice");
   }
   const int64_t s = 16384;
   auto big = p.generate("block_sparse", R"({"sparsity":0.3})", s, 42);
-  EXPECT_EQ(lca_flex_flash::build_forward_schedule(*big.mask, 128).tile_rows, 64);
+  EXPECT_EQ(lca_flex_flash::build_adaptive_schedule(*big.mask, true, 128).tile_rows, 64);
+  EXPECT_EQ(lca_flex_flash::build_adaptive_schedule(*big.mask, false, 128).tile_rows, 64);
 }
 
 }  // namespace

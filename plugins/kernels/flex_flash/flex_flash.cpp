@@ -54,7 +54,10 @@ class FlexPlan final : public lca::IPlan {
  public:
   lca_problem problem{};
   UploadedSchedule fwd, bwd;
-  DeviceBuffer dq_accum, delta;  // backward workspace, made on the first backward call
+  // Backward workspace, made on the first backward call (the runner's warm-up, outside the timed
+  // repeats) rather than in plan(): plan() does not know the pass, and a forward cell must not
+  // carry the fp32 dQ accumulator (16 GiB at 512K, 64 heads) in its peak memory.
+  DeviceBuffer dq_accum, delta;
   void release(const lca_exec& exec) override {
     (void)cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream));
     fwd = UploadedSchedule{};

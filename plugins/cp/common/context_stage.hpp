@@ -1,19 +1,21 @@
 // The context-parallel stage inside one head share: the local queries of a context group
 // against every group's KV, by ring (send/recv of KV blocks, dK/dV travelling with them) or by
 // all-gather (whole KV, dK/dV summed back with an all-to-all). Partial outputs merge through
-// LSE in fp32. Used by the engine after the Ulysses exchange.
+// LSE in fp32. On CUDA the ring's transfers run on a second stream (Lane) and overlap the
+// kernel; all other work is on the exec stream. Used by the engine after the Ulysses exchange.
 // Rule: kernel plans are made in plan() for every block pair and released with the plan.
 #pragma once
 
 #include "buffers.hpp"
+#include "device.hpp"
 #include "layout.hpp"
-#include "lse_merge.hpp"
 #include "schedule.hpp"
 #include "slice_clip.hpp"
 
 #include <lca/cp_strategy.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 namespace lca::cp {
@@ -65,28 +67,30 @@ struct ContextStage {
     const Comm& comm;  // the context group's ring communicator
     const KernelRef& kernel;
     const lca_exec& exec;
-    int64_t kv_elems(int g) const { return L.group_rows[g] * L.hkv_l * dim; }
+    const Device& dev;  // on the exec stream
+    const Lane& lane;   // the ring's communication stream (CUDA)
     int64_t dim;
     int32_t dtype;
+    int64_t kv_elems(int g) const { return L.group_rows[g] * L.hkv_l * dim; }
   };
 
   // q, k, v packed in the problem dtype -> o [N, hq_l, D] and lse [hq_l, N], fp32.
   void forward(const Ctx& c, const void* q, const void* k, const void* v, float* o, float* lse) const {
-    const int64_t N = base.seqlen_q, D = c.dim;
+    const int64_t N = base.seqlen_q, D = c.dim, Hq = base.heads_q;
     const size_t esz = dtype_size(c.dtype);
-    LseMerge merge(o, lse, N, base.heads_q, D);
-    Buffer o_part(c.exec.allocator, N * base.heads_q * D * esz);
-    Buffer lse_part(c.exec.allocator, N * base.heads_q * sizeof(float));
+    c.dev.fill(o, N * Hq * D, 0.0f);
+    c.dev.fill(lse, Hq * N, -std::numeric_limits<float>::infinity());
+    Buffer o_part(c.exec.allocator, N * Hq * D * esz);
+    Buffer lse_part(c.exec.allocator, N * Hq * sizeof(float));
     auto run = [&](size_t step, const void* kb, const void* vb) {
       if (plans[step] == nullptr) return;
       const int64_t nk = masks[step].seqlen_k;
-      lca_fwd_args a{sizeof(lca_fwd_args), thd_tensor(const_cast<void*>(q), c.dtype, N, base.heads_q, D),
+      lca_fwd_args a{sizeof(lca_fwd_args), thd_tensor(const_cast<void*>(q), c.dtype, N, Hq, D),
                      thd_tensor(const_cast<void*>(kb), c.dtype, nk, base.heads_kv, D),
                      thd_tensor(const_cast<void*>(vb), c.dtype, nk, base.heads_kv, D),
-                     thd_tensor(o_part.data(), c.dtype, N, base.heads_q, D),
-                     lse_tensor(lse_part.as<float>(), base.heads_q, N)};
+                     thd_tensor(o_part.data(), c.dtype, N, Hq, D), lse_tensor(lse_part.as<float>(), Hq, N)};
       c.kernel.forward(plans[step], a, c.exec);
-      merge.add(o_part.data(), c.dtype, lse_part.as<float>());
+      c.dev.merge(o, lse, o_part.data(), c.dtype, lse_part.as<float>(), N, Hq, D);
     };
     if (mode == ContextMode::allgather) {
       Buffer kall, vall;
@@ -96,10 +100,11 @@ struct ContextStage {
     }
     KvRing ring(c, *this, k, v);
     for (size_t t = 0; t < sched.block.size(); ++t) {
-      ring.post_next(t);  // on GPU this overlaps the compute below; on CPU it completes first
+      ring.post_next(t);  // on CUDA it moves on the lane while the block below computes
       run(t, ring.k(), ring.v());
       ring.advance();
     }
+    c.lane.join(c.exec.stream);
   }
 
   // -> dq [N, hq_l, D], dk, dv [N, hkv_l, D], fp32, for this group's own rows.
@@ -111,10 +116,10 @@ struct ContextStage {
     for (const auto& m : masks) max_k = std::max(max_k, m.seqlen_k);
     Buffer dq_part(c.exec.allocator, N * Hq * D * esz);
     Buffer dk_part(c.exec.allocator, max_k * Hkv * D * esz), dv_part(c.exec.allocator, max_k * Hkv * D * esz);
-    std::fill(dq, dq + N * Hq * D, 0.0f);
-    // Adds the block pair's dQ into dq and its dK/dV into (dk_acc, dv_acc); false when empty.
-    auto run = [&](size_t step, const void* kb, const void* vb, float* dk_acc, float* dv_acc) {
-      if (plans[step] == nullptr) return;
+    c.dev.zero(dq, static_cast<size_t>(N * Hq * D) * sizeof(float));
+    // The block pair's gradients: dQ added into dq now; dK/dV left in dk_part/dv_part.
+    auto run = [&](size_t step, const void* kb, const void* vb) {
+      if (plans[step] == nullptr) return false;
       const int64_t nk = masks[step].seqlen_k;
       auto T = [&](const void* p, int64_t rows, int64_t heads) {
         return thd_tensor(const_cast<void*>(p), c.dtype, rows, heads, D);
@@ -123,18 +128,22 @@ struct ContextStage {
                      T(d_o, N, Hq), lse_tensor(const_cast<float*>(lse), Hq, N), T(dq_part.data(), N, Hq),
                      T(dk_part.data(), nk, Hkv), T(dv_part.data(), nk, Hkv)};
       c.kernel.backward(plans[step], a, c.exec);
-      add_into(dq, dq_part.data(), c.dtype, N * Hq * D);
-      add_into(dk_acc, dk_part.data(), c.dtype, nk * Hkv * D);
-      add_into(dv_acc, dv_part.data(), c.dtype, nk * Hkv * D);
+      c.dev.copy(flat(dq_part.data(), c.dtype, N * Hq * D), flat(dq, LCA_DTYPE_F32, N * Hq * D), 1, 1, N * Hq * D, true);
+      return true;
+    };
+    auto add_kv = [&](size_t step, float* dk_acc, float* dv_acc) {
+      const int64_t count = masks[step].seqlen_k * Hkv * D;
+      c.dev.copy(flat(dk_part.data(), c.dtype, count), flat(dk_acc, LCA_DTYPE_F32, count), 1, 1, count, true);
+      c.dev.copy(flat(dv_part.data(), c.dtype, count), flat(dv_acc, LCA_DTYPE_F32, count), 1, 1, count, true);
     };
     if (mode == ContextMode::allgather) {
       Buffer kall, vall;
       gather_kv(c, k, v, kall, vall);
       const int64_t total = masks[0].seqlen_k * Hkv * D;
       Buffer dk_all(c.exec.allocator, total * sizeof(float)), dv_all(c.exec.allocator, total * sizeof(float));
-      dk_all.zero();
-      dv_all.zero();
-      run(0, kall.data(), vall.data(), dk_all.as<float>(), dv_all.as<float>());
+      c.dev.zero(dk_all.data(), dk_all.bytes());
+      c.dev.zero(dv_all.data(), dv_all.bytes());
+      if (run(0, kall.data(), vall.data())) add_kv(0, dk_all.as<float>(), dv_all.as<float>());
       sum_back(c, dk_all.as<float>(), dk);
       sum_back(c, dv_all.as<float>(), dv);
       return;
@@ -144,47 +153,60 @@ struct ContextStage {
     Buffer acc[2][2] = {{Buffer(c.exec.allocator, max_elems * 4), Buffer(c.exec.allocator, max_elems * 4)},
                         {Buffer(c.exec.allocator, max_elems * 4), Buffer(c.exec.allocator, max_elems * 4)}};
     int cur = 0;
-    acc[cur][0].zero();
-    acc[cur][1].zero();
+    c.dev.zero(acc[cur][0].data(), acc[cur][0].bytes());
+    c.dev.zero(acc[cur][1].data(), acc[cur][1].bytes());
     for (size_t t = 0; t < sched.block.size(); ++t) {
       ring.post_next(t);
-      run(t, ring.k(), ring.v(), acc[cur][0].as<float>(), acc[cur][1].as<float>());
+      const bool computed = run(t, ring.k(), ring.v());
+      // The accumulator of this block arrived on the lane (CUDA) while the kernel ran.
+      c.lane.main_waits(kGradients, c.exec.stream);
+      if (computed) add_kv(t, acc[cur][0].as<float>(), acc[cur][1].as<float>());
       ring.advance();
       if (t + 1 == sched.block.size()) break;
       // The gradient travels with its block, one step behind the KV.
+      c.lane.side_waits(c.exec.stream);
+      void* side = c.lane.stream();
       c.comm.group_start();
       for (int x = 0; x < 2; ++x) {
-        c.comm.send(acc[cur][x].data(), c.kv_elems(sched.block[t]), LCA_DTYPE_F32, sched.send_to[t], c.exec.stream);
-        c.comm.recv(acc[1 - cur][x].data(), c.kv_elems(sched.block[t + 1]), LCA_DTYPE_F32, sched.recv_from[t], c.exec.stream);
+        c.comm.send(acc[cur][x].data(), c.kv_elems(sched.block[t]), LCA_DTYPE_F32, sched.send_to[t], side);
+        c.comm.recv(acc[1 - cur][x].data(), c.kv_elems(sched.block[t + 1]), LCA_DTYPE_F32, sched.recv_from[t], side);
       }
       c.comm.group_end();
+      c.lane.mark(kGradients);
       cur = 1 - cur;
     }
-    const int64_t own = c.kv_elems(L_ctx(c));
-    if (sched.return_to == L_ctx(c)) {
-      std::copy(acc[cur][0].as<float>(), acc[cur][0].as<float>() + own, dk);
-      std::copy(acc[cur][1].as<float>(), acc[cur][1].as<float>() + own, dv);
+    const int64_t own = c.kv_elems(c.L.ctx_idx);
+    if (sched.return_to == c.L.ctx_idx) {
+      c.dev.copy(flat(acc[cur][0].data(), LCA_DTYPE_F32, own), flat(dk, LCA_DTYPE_F32, own), 1, 1, own);
+      c.dev.copy(flat(acc[cur][1].data(), LCA_DTYPE_F32, own), flat(dv, LCA_DTYPE_F32, own), 1, 1, own);
+      c.lane.join(c.exec.stream);
       return;
     }
+    c.lane.side_waits(c.exec.stream);
+    void* side = c.lane.stream();
     c.comm.group_start();
-    c.comm.send(acc[cur][0].data(), c.kv_elems(sched.block.back()), LCA_DTYPE_F32, sched.return_to, c.exec.stream);
-    c.comm.send(acc[cur][1].data(), c.kv_elems(sched.block.back()), LCA_DTYPE_F32, sched.return_to, c.exec.stream);
-    c.comm.recv(dk, own, LCA_DTYPE_F32, sched.return_from, c.exec.stream);
-    c.comm.recv(dv, own, LCA_DTYPE_F32, sched.return_from, c.exec.stream);
+    c.comm.send(acc[cur][0].data(), c.kv_elems(sched.block.back()), LCA_DTYPE_F32, sched.return_to, side);
+    c.comm.send(acc[cur][1].data(), c.kv_elems(sched.block.back()), LCA_DTYPE_F32, sched.return_to, side);
+    c.comm.recv(dk, own, LCA_DTYPE_F32, sched.return_from, side);
+    c.comm.recv(dv, own, LCA_DTYPE_F32, sched.return_from, side);
     c.comm.group_end();
+    c.lane.join(c.exec.stream);
   }
 
  private:
-  static int L_ctx(const Ctx& c) { return c.L.ctx_idx; }
+  static constexpr int kBlocks = 0, kGradients = 1;  // Lane marks
 
-  // The KV block in hand and the one arriving, double-buffered.
+  // The KV block in hand and the one arriving, double-buffered. On CUDA the transfer runs on the
+  // lane: it starts once the exec stream has produced (or finished computing on) the buffers it
+  // touches, and the exec stream waits for its arrival only when it moves on to that block.
   class KvRing {
    public:
     KvRing(const Ctx& c, const ContextStage& s, const void* k, const void* v) : c_(c), s_(s) {
       int64_t max_elems = 0;
       for (int g = 0; g < c.L.cp; ++g) max_elems = std::max(max_elems, c.kv_elems(g));
       const size_t bytes = max_elems * dtype_size(c.dtype);
-      for (auto& b : bufs_) b = Buffer(c.exec.allocator, bytes);
+      if (s.sched.block.size() > 1)
+        for (auto& b : bufs_) b = Buffer(c.exec.allocator, bytes);
       cur_k_ = k;
       cur_v_ = v;
     }
@@ -193,16 +215,23 @@ struct ContextStage {
     void post_next(size_t t) {
       if (t + 1 >= s_.sched.block.size()) return;
       nxt_ = (nxt_ + 2) % 4;
+      // The block in hand is complete, and the pair refilled now was last computed on (and sent
+      // from) two steps ago: both are behind everything the exec stream holds.
+      c_.lane.side_waits(c_.exec.stream);
+      void* side = c_.lane.stream();
+      const Schedule& sc = s_.sched;
       c_.comm.group_start();
-      c_.comm.send(cur_k_, c_.kv_elems(s_.sched.block[t]), c_.dtype, s_.sched.send_to[t], c_.exec.stream);
-      c_.comm.send(cur_v_, c_.kv_elems(s_.sched.block[t]), c_.dtype, s_.sched.send_to[t], c_.exec.stream);
-      c_.comm.recv(bufs_[nxt_].data(), c_.kv_elems(s_.sched.block[t + 1]), c_.dtype, s_.sched.recv_from[t], c_.exec.stream);
-      c_.comm.recv(bufs_[nxt_ + 1].data(), c_.kv_elems(s_.sched.block[t + 1]), c_.dtype, s_.sched.recv_from[t], c_.exec.stream);
+      c_.comm.send(cur_k_, c_.kv_elems(sc.block[t]), c_.dtype, sc.send_to[t], side);
+      c_.comm.send(cur_v_, c_.kv_elems(sc.block[t]), c_.dtype, sc.send_to[t], side);
+      c_.comm.recv(bufs_[nxt_].data(), c_.kv_elems(sc.block[t + 1]), c_.dtype, sc.recv_from[t], side);
+      c_.comm.recv(bufs_[nxt_ + 1].data(), c_.kv_elems(sc.block[t + 1]), c_.dtype, sc.recv_from[t], side);
       c_.comm.group_end();
+      c_.lane.mark(kBlocks);
       pending_ = true;
     }
     void advance() {
       if (!pending_) return;
+      c_.lane.main_waits(kBlocks, c_.exec.stream);
       cur_k_ = bufs_[nxt_].data();
       cur_v_ = bufs_[nxt_ + 1].data();
       pending_ = false;
@@ -238,8 +267,10 @@ struct ContextStage {
     for (int g = 0; g < cp; ++g) sc[g] = c.kv_elems(g), sd[g] = g ? sd[g - 1] + sc[g - 1] : 0, rd[g] = g * own;
     Buffer parts(c.exec.allocator, cp * own * sizeof(float));
     c.comm.all_to_all(all, sc.data(), sd.data(), parts.data(), rc.data(), rd.data(), LCA_DTYPE_F32, c.exec.stream);
-    std::fill(mine, mine + own, 0.0f);
-    for (int g = 0; g < cp; ++g) add_into(mine, parts.as<float>() + g * own, LCA_DTYPE_F32, own);
+    c.dev.zero(mine, static_cast<size_t>(own) * sizeof(float));
+    for (int g = 0; g < cp; ++g)
+      c.dev.copy(flat(parts.as<float>() + g * own, LCA_DTYPE_F32, own), flat(mine, LCA_DTYPE_F32, own), 1, 1, own,
+                 /*add=*/true);
   }
 };
 

@@ -1,5 +1,6 @@
 // The one engine behind the five CP strategy plugins: Ulysses head exchange (degree u) around a
-// context stage (ring, double ring or all-gather) over cp = W / u groups. A plugin derives from
+// context stage (ring, double ring or all-gather) over cp = W / u groups, on host buffers (CPU
+// problems) or device buffers and the exec stream (CUDA problems). A plugin derives from
 // EngineStrategy and only chooses EngineOptions from its options JSON and the world.
 // Rule: plan() is collective over the world; forward/backward must follow on every rank.
 #pragma once
@@ -32,8 +33,12 @@ class EnginePlan final : public ICPPlan {
   Comm world, heads, context;
   Layout layout;
   ContextStage stage;
+  Lane lane;  // the ring's communication stream on CUDA
   lca_problem problem{};
-  void release(const lca_exec& exec) override { stage.release(kernel, exec); }
+  void release(const lca_exec& exec) override {
+    stage.release(kernel, exec);
+    lane.release();
+  }
 };
 
 inline nlohmann::json parse_options(const char* text, const char* who) {
@@ -59,9 +64,13 @@ class EngineStrategy : public ICPStrategy {
     require(config.problem && config.mask && config.world.vtable && config.kernel.vtable,
             LCA_ERR_INVALID_ARGUMENT, name_ + ": incomplete lca_cp_config");
     const lca_problem& p = *config.problem;
-    require(p.device_type == LCA_DEVICE_CPU, LCA_ERR_UNSUPPORTED,
-            name_ + ": CUDA problems are not supported yet (this version moves host buffers with "
-                    "memcpy; device copies on the stream come next); run with device cpu");
+    require(p.device_type == LCA_DEVICE_CPU || p.device_type == LCA_DEVICE_CUDA, LCA_ERR_UNSUPPORTED,
+            name_ + ": unknown device type " + std::to_string(p.device_type));
+    if (p.device_type == LCA_DEVICE_CUDA) {
+      require_cuda_build(name_);
+      require(exec.stream != nullptr, LCA_ERR_INVALID_ARGUMENT,
+              name_ + ": a CUDA problem needs an exec stream (lca_exec.stream is NULL)");
+    }
     auto plan = std::make_unique<EnginePlan>();
     plan->problem = p;
     plan->kernel = KernelRef(config.kernel);
@@ -79,6 +88,7 @@ class EngineStrategy : public ICPStrategy {
     plan->context = plan->world.split(L.head_idx, L.ctx_idx);
     const std::vector<lca_slice> slices(config.mask->slices, config.mask->slices + config.mask->num_slices);
     plan->stage.prepare(L, p, slices, opt.mode, opt.window, plan->kernel, exec);
+    if (opt.mode == ContextMode::ring && L.cp > 1) plan->lane.open(p.device_type == LCA_DEVICE_CUDA);
     return plan;
   }
 
@@ -93,7 +103,8 @@ class EngineStrategy : public ICPStrategy {
     auto& plan = static_cast<EnginePlan&>(base);
     const Layout& L = plan.layout;
     const lca_problem& p = plan.problem;
-    HeadGroup hg{L, plan.heads, exec.allocator, exec.stream};
+    const Device dev(p.device_type, exec.stream);
+    HeadGroup hg{L, plan.heads, exec.allocator, dev};
     const int64_t N = hg.group_rows(), D = p.head_dim;
     const size_t esz = dtype_size(p.dtype);
     Buffer q(exec.allocator, N * L.hq_l * D * esz), k(exec.allocator, N * L.hkv_l * D * esz),
@@ -102,7 +113,7 @@ class EngineStrategy : public ICPStrategy {
     hg.scatter(args.k, L.kv_head_first, L.hkv_l, k.data());
     hg.scatter(args.v, L.kv_head_first, L.hkv_l, v.data());
     Buffer o(exec.allocator, N * L.hq_l * D * sizeof(float)), lse(exec.allocator, N * L.hq_l * sizeof(float));
-    ContextStage::Ctx c{L, plan.context, plan.kernel, exec, D, p.dtype};
+    ContextStage::Ctx c{L, plan.context, plan.kernel, exec, dev, plan.lane, D, p.dtype};
     plan.stage.forward(c, q.data(), k.data(), v.data(), o.as<float>(), lse.as<float>());
     hg.gather(o.data(), LCA_DTYPE_F32, args.o, L.q_head_first, L.hq_l, false);
     hg.gather_lse(lse.as<float>(), args.lse);
@@ -112,7 +123,8 @@ class EngineStrategy : public ICPStrategy {
     auto& plan = static_cast<EnginePlan&>(base);
     const Layout& L = plan.layout;
     const lca_problem& p = plan.problem;
-    HeadGroup hg{L, plan.heads, exec.allocator, exec.stream};
+    const Device dev(p.device_type, exec.stream);
+    HeadGroup hg{L, plan.heads, exec.allocator, dev};
     const int64_t N = hg.group_rows(), D = p.head_dim;
     const size_t esz = dtype_size(p.dtype);
     const size_t q_bytes = N * L.hq_l * D * esz, kv_bytes = N * L.hkv_l * D * esz;
@@ -126,7 +138,7 @@ class EngineStrategy : public ICPStrategy {
     hg.scatter_lse(args.lse, lse.as<float>());
     Buffer dq(exec.allocator, N * L.hq_l * D * 4), dk(exec.allocator, N * L.hkv_l * D * 4),
         dv(exec.allocator, N * L.hkv_l * D * 4);
-    ContextStage::Ctx c{L, plan.context, plan.kernel, exec, D, p.dtype};
+    ContextStage::Ctx c{L, plan.context, plan.kernel, exec, dev, plan.lane, D, p.dtype};
     plan.stage.backward(c, q.data(), k.data(), v.data(), o.data(), d_o.data(), lse.as<float>(),
                         dq.as<float>(), dk.as<float>(), dv.as<float>());
     hg.gather(dq.data(), LCA_DTYPE_F32, args.dq, L.q_head_first, L.hq_l, false);

@@ -2,6 +2,8 @@
 # On the GPU machine, for kernel work: build only what flex_flash needs (Hopper, Release), run its
 # GPU tests, then a matrix of flex_flash beside cudnn_sdpa. Usage:
 #   tools/flex_dev.sh [MATRIX] [extra lcahost args...]     (SKIP_TESTS=1 to time only)
+# The matrix runs the forward that LCA_FLEX_FORWARD names (mma, sm90, sm90_overlap; see
+# plugins/kernels/flex_flash/forward_sm90.cuh); the tests run all three.
 # Logs and results land in $OUT (or ./results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,9 +18,18 @@ cmake --build build-gpu -j"$(nproc)" --target lcahost lca_flex_flash lca_cudnn_s
   lca_builtin lca_cpu_reference test_flex_flash > "$out/build.log" 2>&1 ||
   { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
 echo "build ok"
+if command -v cuobjdump > /dev/null; then
+  cuobjdump -sass build-gpu/plugins/liblca_flex_flash.so > "$out/flex_flash.sass" 2>/dev/null
+  python3 tools/dev/check_wgmma_regs.py "$out/flex_flash.sass" | sed 's/^_ZN14lca_flex_flash3dev//' | cut -c1-120
+fi
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  build-gpu/tests/gpu/flex_flash/test_flex_flash ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$out/test_flex_flash.log" 2>&1
-  grep -E "^\[flex_flash\]|FAILED|Failure|PASSED|error" "$out/test_flex_flash.log" | head -80
+  # The GPU tests through every forward variant (LCA_FLEX_FORWARD), one log each.
+  for variant in mma sm90 sm90_overlap; do
+    LCA_FLEX_FORWARD=$variant build-gpu/tests/gpu/flex_flash/test_flex_flash \
+      ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$out/test_flex_flash_$variant.log" 2>&1
+    echo "tests, forward $variant: $(grep -E "PASSED|FAILED TESTS" "$out/test_flex_flash_$variant.log" | tr '\n' ' ')"
+    grep -E "FAILED  \]" "$out/test_flex_flash_$variant.log" | cut -c1-110 | head -20
+  done
 fi
 [ "$matrix" = none ] && exit 0
 build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix "$matrix" --kernels flex_flash,cudnn_sdpa \

@@ -7,6 +7,7 @@
 
 #include "cuda_check.hpp"
 #include "device.cuh"
+#include "forward_sm90.cuh"
 #include "kernels.hpp"
 
 #include <cmath>
@@ -197,10 +198,12 @@ void launch_forward_tiles(const FwdParams& p, cudaStream_t stream) {
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_kernel");
 }
 
-// The block's rows follow the schedule's tile rows (64 or 128).
+// The block's rows follow the schedule's tile rows (64 or 128); 128-row tiles take the wgmma
+// kernel on Hopper.
 template <class T, int D>
 void run_forward(const FwdParams& p, cudaStream_t stream) {
-  if (p.sched.tile_rows == 64) launch_forward_tiles<T, D, 1>(p, stream);
+  if (p.sched.tile_rows == Sm90Layout<T, D>::kRows && sm90_available()) launch_forward_sm90<T, D>(p, stream);
+  else if (p.sched.tile_rows == 64) launch_forward_tiles<T, D, 1>(p, stream);
   else launch_forward_tiles<T, D, 2>(p, stream);
 }
 

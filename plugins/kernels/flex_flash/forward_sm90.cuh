@@ -1,0 +1,387 @@
+// The flex_flash forward kernel for Hopper (sm_90a): one block of three warpgroups per (query
+// tile of 128 rows, query head). Warpgroup 0 is the producer: one thread loads Q once and then the
+// K and V tiles of the row tile's runs by TMA into a two-stage ring, each stage guarded by
+// mbarriers (full: TMA landed; empty: both consumers done with it). Warpgroups 1 and 2 are the
+// consumers, 64 query rows each, Q held in registers: S = Q K^T and O += P V are warpgroup MMAs
+// (wgmma, A from registers), the online softmax and the partial-tile masking run between them;
+// in the overlap variant the S of tile j is issued beside the P V of tile j - 1, so that the
+// softmax of tile j runs while the tensor cores do P V.
+// Used by launch_*.cu through run_forward<T, D> (forward.cuh) when LCA_FLEX_FORWARD asks for it,
+// the GPU is sm_90 and the schedule has 128-row tiles.
+// Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
+// rows that see nothing get O = 0, LSE = -inf.
+#pragma once
+
+#include "cuda_check.hpp"
+#include "device.cuh"
+#include "device_sm90.cuh"
+#include "kernels.hpp"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
+namespace lca_flex_flash::dev {
+
+// The three TMA descriptors of one launch (passed by value as a __grid_constant__ parameter).
+struct Sm90Maps {
+  CUtensorMap q, k, v;
+};
+
+template <class T, int D>
+struct Sm90Layout {
+  static constexpr int kRows = 128;                     // query rows a block (two consumers of 64)
+  static constexpr int kHalves = D / 64;                // 128-byte column halves of a row
+  static constexpr int kQBytes = kRows * D * 2;         // Q: [half][128 rows][128 B]
+  static constexpr int kKVBytes = kTile * D * 2;        // one K or V tile: [half][64 rows][128 B]
+  static constexpr int kStages = 2;
+  static constexpr int kKOffset = kQBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
+  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
+  static constexpr int kBars = 1 + 3 * kStages;         // q, full_k[S], full_v[S], empty[S]
+  static constexpr int kBytes = kBarOffset + 8 * kBars + 1024;  // + slack to align the base to 1024
+  static constexpr int kThreads = 384;
+};
+
+template <class T, int D, bool kOverlap>
+__global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Sm90Layout<T, D>;
+  using M = Mma<T>;
+  extern __shared__ __align__(1024) char smem_raw[];
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+  const uint32_t sq = base, sk = base + L::kKOffset, sv = base + L::kVOffset;
+  const uint32_t bar_q = base + L::kBarOffset;
+  auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
+  auto full_v = [&](int s) { return bar_q + 8u * (1 + L::kStages + s); };
+  auto empty = [&](int s) { return bar_q + 8u * (1 + 2 * L::kStages + s); };
+
+  const int32_t q_tile = p.sched.order[blockIdx.x];
+  const int h = blockIdx.y, hk = h / p.group;
+  const int wg = threadIdx.x >> 7;
+  if (threadIdx.x == 0) {
+    sm90::mbar_init(bar_q, 1);
+    for (int s = 0; s < L::kStages; ++s) {
+      sm90::mbar_init(full_k(s), 1);
+      sm90::mbar_init(full_v(s), 1);
+      sm90::mbar_init(empty(s), 2 * 128);
+    }
+    sm90::mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // Producer: one thread issues every copy; the others give their registers to the consumers.
+    sm90::regs_dec<24>();
+    if (threadIdx.x == 0) {
+      sm90::tma_prefetch_map(&maps.k);
+      sm90::tma_prefetch_map(&maps.v);
+      sm90::mbar_arrive_expect_tx(bar_q, L::kQBytes);
+#pragma unroll
+      for (int half = 0; half < L::kHalves; ++half)
+        sm90::tma_load_3d(sq + half * (L::kRows * 128), &maps.q, 64 * half, h, q_tile * L::kRows, bar_q);
+      TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
+      for (int it = 0; cur.valid(); ++it, cur.next()) {
+        const int s = it % L::kStages;
+        if (it >= L::kStages) sm90::mbar_wait(empty(s), ((it / L::kStages) - 1) & 1);
+        const uint32_t k_dst = sk + s * L::kKVBytes, v_dst = sv + s * L::kKVBytes;
+        sm90::mbar_arrive_expect_tx(full_k(s), L::kKVBytes);
+#pragma unroll
+        for (int half = 0; half < L::kHalves; ++half)
+          sm90::tma_load_3d(k_dst + half * (kTile * 128), &maps.k, 64 * half, hk, cur.tile * kTile, full_k(s));
+        sm90::mbar_arrive_expect_tx(full_v(s), L::kKVBytes);
+#pragma unroll
+        for (int half = 0; half < L::kHalves; ++half)
+          sm90::tma_load_3d(v_dst + half * (kTile * 128), &maps.v, 64 * half, hk, cur.tile * kTile, full_v(s));
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup c owns query rows 64 c .. 64 c + 63 of the tile; warp w of it rows
+  // 16 w .. 16 w + 15 (the wgmma row layout), and a thread rows g and g + 8 of those.
+  sm90::regs_inc<240>();
+  const int c = wg - 1;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int row0 = 64 * c + 16 * warp;  // first row of this warp in the tile
+
+  // Q -> registers: the A fragments of the D / 16 k-steps of S = Q K^T. With head_dim 64,
+  // ptxas 13.0 gives Q's registers to other values inside the tile loop (the next iteration then
+  // reads P as Q; tools/dev/check_wgmma_regs.py finds it in the SASS), so that kernel loads Q
+  // again at every tile: 4 ldmatrix a warp, from shared memory that stays put.
+  constexpr bool kReloadQ = D == 64;
+  uint32_t qa[D / 16][4];
+  auto load_q = [&] {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const int row = row0 + (lane & 7) + 8 * ((lane >> 3) & 1);
+      const int chunk = 2 * ks + (lane >> 4);  // 16-byte chunk of the row, 0 .. D / 8 - 1
+      const uint32_t addr = sq + (chunk >> 3) * (L::kRows * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+      ldmatrix_x4(qa[ks], addr);
+    }
+  };
+  sm90::mbar_wait(bar_q, 0);
+  if constexpr (!kReloadQ) load_q();
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float sc[32];      // S of the current tile, then P in fp32
+  uint32_t pa[4][4];  // P as the A operand of O += P V
+
+  // S = Q K^T (64 rows x 64 keys a warpgroup; K is K-major: head dim contiguous), issued and
+  // committed, not waited for.
+  auto issue_s = [&](int s) {
+    if constexpr (kReloadQ) load_q();
+    const uint32_t k_tile = sk + s * L::kKVBytes;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t addr = k_tile + (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
+      sm90::WgmmaRS<T, 64>::template run<0>(sc, qa[ks], sm90::smem_desc(addr, 16, 1024), ks > 0);
+    }
+    sm90::wgmma_commit();
+  };
+  // O += P V (V is N-major: head dim contiguous along N; 64-column halves lie kTile rows apart),
+  // issued and committed.
+  auto issue_pv = [&](int s) {
+    const uint32_t v_tile = sv + s * L::kKVBytes;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      sm90::WgmmaRS<T, D>::template run<1>(o, pa[kk], sm90::smem_desc(v_tile + kk * 16 * 128, kTile * 128, 1024), 1);
+    sm90::wgmma_commit();
+  };
+  // Masks S (partial tiles only), moves the row maxima and sums, turns S into P in place and
+  // gives the factors that bring O to the new maxima (log2 domain; rows g: e = 0, 1; g + 8:
+  // e = 2, 3). Touches neither O nor pa.
+  auto softmax = [&](int32_t mask, float (&alpha)[2]) {
+    if (mask >= 0) {
+      const uint64_t* bits = p.sched.bits + int64_t{mask} * L::kRows + row0 + g;
+      const uint64_t w[2] = {bits[0], bits[8]};
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (!((w[e >> 1] >> (n * 8 + 2 * t4 + (e & 1))) & 1u)) sc[4 * n + e] = -INFINITY;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * r], sc[4 * n + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[r], mx * p.scale_log2);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      alpha[r] = exp2f(row_max[r] - m_use);
+      row_max[r] = m_new;
+      row_sum[r] *= alpha[r];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        sc[4 * n + 2 * r] = exp2f(fmaf(sc[4 * n + 2 * r], p.scale_log2, -m_use));
+        sc[4 * n + 2 * r + 1] = exp2f(fmaf(sc[4 * n + 2 * r + 1], p.scale_log2, -m_use));
+        row_sum[r] += sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
+      }
+    }
+  };
+  auto rescale_o = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[4 * n + 0] *= alpha[0];
+      o[4 * n + 1] *= alpha[0];
+      o[4 * n + 2] *= alpha[1];
+      o[4 * n + 3] *= alpha[1];
+    }
+  };
+  // P as the A operand: the accumulators of key blocks 2 kk, 2 kk + 1 are k-step kk's fragment.
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pa[kk][0] = M::pack(sc[8 * kk + 0], sc[8 * kk + 1]);
+      pa[kk][1] = M::pack(sc[8 * kk + 2], sc[8 * kk + 3]);
+      pa[kk][2] = M::pack(sc[8 * kk + 4], sc[8 * kk + 5]);
+      pa[kk][3] = M::pack(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+  };
+  auto stage_of = [](int it) { return it % L::kStages; };
+  auto parity_of = [](int it) { return static_cast<uint32_t>((it / L::kStages) & 1); };
+
+  TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
+  float alpha[2];
+  if constexpr (!kOverlap) {
+    // One tile at a time: S, softmax, P V, each waited for.
+    for (int it = 0; cur.valid(); ++it, cur.next()) {
+      const int s = stage_of(it);
+      sm90::mbar_wait(full_k(s), parity_of(it));
+      issue_s(s);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(sc);
+      softmax(cur.mask(), alpha);
+      rescale_o(alpha);
+      pack_p();
+      sm90::mbar_wait(full_v(s), parity_of(it));
+      issue_pv(s);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(o);
+      sm90::mbar_arrive(empty(s));
+    }
+  } else if (cur.valid()) {
+    // Software pipelined: S of tile it is issued together with P V of tile it - 1, and the
+    // softmax of tile it runs while that P V is on the tensor cores.
+    sm90::mbar_wait(full_k(0), 0);
+    issue_s(0);
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(sc);
+    softmax(cur.mask(), alpha);  // O is zero: nothing to rescale
+    pack_p();
+    int prev = 0;
+    cur.next();
+    for (int it = 1; cur.valid(); ++it, cur.next()) {
+      const int s = stage_of(it);
+      sm90::mbar_wait(full_k(s), parity_of(it));
+      issue_s(s);
+      sm90::mbar_wait(full_v(stage_of(prev)), parity_of(prev));
+      issue_pv(stage_of(prev));
+      sm90::wgmma_wait<1>();  // S of tile it
+      sm90::fence_regs(sc);
+      softmax(cur.mask(), alpha);
+      sm90::wgmma_wait<0>();  // P V of tile it - 1
+      sm90::fence_regs(o);
+      sm90::mbar_arrive(empty(stage_of(prev)));
+      rescale_o(alpha);
+      pack_p();
+      prev = it;
+    }
+    sm90::mbar_wait(full_v(stage_of(prev)), parity_of(prev));
+    issue_pv(stage_of(prev));
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(o);
+    sm90::mbar_arrive(empty(stage_of(prev)));
+  }
+
+  // Finish: row sums across the 4 threads of a row, normalise, write O and LSE.
+  T* o_base = static_cast<T*>(p.o) + h * p.o_head;
+  const int64_t q0 = int64_t{q_tile} * L::kRows;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const int64_t row = q0 + row0 + g + 8 * r;
+    if (row >= p.seqlen_q) continue;
+    T* dst = o_base + row * p.o_tok + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<uint32_t*>(dst + n * 8) = M::pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+    if (t4 == 0)
+      p.lse[h * p.lse_head + row * p.lse_tok] = sum > 0.f ? (row_max[r] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+  }
+#else
+  __trap();  // launched only where the device code was built for sm_90a (see sm90_available)
+#endif
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    LCA_FLEX_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || f == nullptr)
+      throw lca::Error(LCA_ERR_DEVICE, "flex_flash: the CUDA driver has no cuTensorMapEncodeTiled (needs a CUDA 12+ driver)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A 3-D map over a THD tensor at (head dim, heads, tokens): boxes of 64 elements x 1 head x rows
+// tokens, 128-byte swizzled; tokens past the end read as zeros.
+template <class T>
+CUtensorMap make_thd_map(const void* data, int head_dim, int64_t heads, int64_t tokens, int64_t head_stride,
+                         int64_t tok_stride, uint32_t rows, const char* what) {
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(tokens)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_stride) * sizeof(T),
+                                 static_cast<cuuint64_t>(tok_stride) * sizeof(T)};
+  const cuuint32_t box[3] = {64, 1, rows};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUtensorMapDataType type =
+      std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult r = tensor_map_encoder()(&map, type, 3, const_cast<void*>(data), dims, strides, box, elem,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw lca::Error(LCA_ERR_DEVICE, std::string("flex_flash: cuTensorMapEncodeTiled failed for ") + what +
+                                       " (CUresult " + std::to_string(static_cast<int>(r)) +
+                                       "): strides must be multiples of 16 bytes and the data 16-byte aligned");
+  return map;
+}
+
+// Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: "mma" (the default for now: the
+// mma.sync kernel), "sm90" (the wgmma kernel, one tile at a time) or "sm90_overlap" (the wgmma
+// kernel with S of tile j issued beside P V of tile j - 1). The wgmma kernels are opt-in until
+// they pass the GPU tests on a device (see docs/kernels/NOTES.md, v5 and v6).
+enum class ForwardChoice { mma, sm90, sm90_overlap };
+inline ForwardChoice forward_choice() {
+  static const ForwardChoice choice = [] {
+    const char* v = std::getenv("LCA_FLEX_FORWARD");
+    const std::string s = v ? v : "";
+    if (s == "sm90") return ForwardChoice::sm90;
+    if (s == "sm90_overlap") return ForwardChoice::sm90_overlap;
+    if (!s.empty() && s != "mma")
+      throw lca::Error(LCA_ERR_INVALID_ARGUMENT,
+                       "flex_flash: LCA_FLEX_FORWARD='" + s + "' is not one of mma, sm90, sm90_overlap");
+    return ForwardChoice::mma;
+  }();
+  return choice;
+}
+
+template <class T, int D, bool kOverlap>
+void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
+  using L = Sm90Layout<T, D>;
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_sm90_kernel<T, D, kOverlap>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
+  forward_sm90_kernel<T, D, kOverlap><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
+}
+
+template <class T, int D>
+void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
+  using L = Sm90Layout<T, D>;
+  Sm90Maps maps;
+  const int64_t heads_kv = p.heads_q / p.group;
+  maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, L::kRows, "q");
+  maps.k = make_thd_map<T>(p.k, D, heads_kv, p.seqlen_k, p.k_head, p.k_tok, kTile, "k");
+  maps.v = make_thd_map<T>(p.v, D, heads_kv, p.seqlen_k, p.v_head, p.v_tok, kTile, "v");
+  if (forward_choice() == ForwardChoice::sm90_overlap) launch_forward_sm90_variant<T, D, true>(p, maps, stream);
+  else launch_forward_sm90_variant<T, D, false>(p, maps, stream);
+}
+
+// The wgmma kernel runs where it was asked for (forward_choice), its sm_90a code was built
+// (LCA_FLEX_SM90A, set by CMake when the architectures include 90a) and the current GPU is
+// compute capability 9.0.
+inline bool sm90_available() {
+#if defined(LCA_FLEX_SM90A)
+  if (forward_choice() == ForwardChoice::mma) return false;
+  int device = 0, major = 0, minor = 0;
+  LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
+  LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace lca_flex_flash::dev

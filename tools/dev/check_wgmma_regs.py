@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Checks the SASS of flex_flash's Hopper forward for register hazards around wgmma: (1) seen with
+ptxas 13.0, the registers that hold Q (the register A operand of the S = Q K^T HGMMAs) being
+overwritten by something else before the tile loop's next iteration reads them; (2) a register A
+operand (P in O += P V) written while its HGMMA may still be reading it. Usage: check_wgmma_regs.py FILE.sass
+(cuobjdump -sass of an object). It runs the code up to the loop's back edge, then the loop body
+once more, remembering which instruction last wrote each register; at every S HGMMA the last
+writer of its A registers must be an LDSM (the load of Q). Exit 1 when one is not."""
+import re
+import sys
+
+PRED = r"(?:@!?U?P\w+\s+)?"
+
+
+def parse(body):
+    out = []
+    for addr, ins in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", body):
+        out.append((int(addr, 16), ins.strip()))
+    return out
+
+
+def dests(ins):
+    d = re.match(PRED + r"([A-Z][A-Z0-9_.]*)\s+R(\d+)\b", ins)
+    if not d or d.group(1).startswith(("ST", "RED", "ATOM", "SYNCS", "WARPGROUP", "BRA", "HGMMA")):
+        return None, []
+    op, r = d.group(1), int(d.group(2))
+    width = 4 if op.startswith("LDSM") else 2 if (".64" in op or "WIDE" in op or op.startswith("CS2R")) else 1
+    return op, list(range(r, r + width))
+
+
+def check(name, lines):
+    s_hgmma = {}
+    for i, (_, ins) in enumerate(lines):
+        h = re.match(PRED + r"HGMMA\.\S+\s+R\d+,\s*R(\d+),\s*gdesc", ins)
+        if h and ".tnspB" not in ins:
+            s_hgmma[i] = list(range(int(h.group(1)), int(h.group(1)) + 4))
+    back = [(i, int(t, 16)) for i, (a, ins) in enumerate(lines)
+            for t in re.findall(r"BRA\s+0x([0-9a-f]+)", ins) if int(t, 16) < a]
+    loops = [(i, next(j for j, (a, _) in enumerate(lines) if a == t)) for i, t in back]
+    loops = [(end, head) for end, head in loops if any(head <= k <= end for k in s_hgmma)]
+    if not loops:
+        return [f"{name}: no tile loop with HGMMA found"]
+    # The tile loop: the back edge to the earliest head (the spin-wait stubs after the epilogue
+    # jump back into the loop's middle).
+    end, head = min(loops, key=lambda x: (x[1], -x[0]))
+    writer, errors = {}, []
+    for idx in list(range(0, end + 1)) + list(range(head, end + 1)):
+        if idx in s_hgmma:
+            for r in s_hgmma[idx]:
+                w = writer.get(r, "none")
+                if not w.startswith("LDSM"):
+                    errors.append(f"{lines[idx][0]:04x}: S HGMMA reads R{r}, last written by {w}")
+        op, regs = dests(lines[idx][1])
+        for r in regs:
+            writer[r] = f"{op} at {lines[idx][0]:04x}"
+    # Any HGMMA: its register A operand is read until a wait retires its group (the group ends at
+    # the HGMMA marked gsb0; WARPGROUP.DEPBAR.LE gsb0, N retires all but the N newest groups);
+    # nothing may write those registers before that.
+    for i, (addr, ins) in enumerate(lines):
+        h = re.match(PRED + r"HGMMA\.\S+\s+R\d+,\s*R(\d+),\s*gdesc", ins)
+        if not h:
+            continue
+        regs = set(range(int(h.group(1)), int(h.group(1)) + 4))
+        closed, newer = False, 0
+        for addr2, ins2 in lines[i:]:
+            if "HGMMA" in ins2 and re.search(r"gsb0\s*$", ins2):
+                if closed:
+                    newer += 1
+                closed = True
+                continue
+            w = re.match(PRED + r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)", ins2)
+            if w and closed and newer >= int(w.group(1), 16):
+                break
+            op, written = dests(ins2)
+            if regs & set(written):
+                errors.append(f"{addr:04x}: HGMMA A operand R{min(regs & set(written))} written by {op} at "
+                              f"{addr2:04x} while the HGMMA may still read it")
+    return errors
+
+
+text = open(sys.argv[1]).read()
+bad = False
+for m in re.finditer(r"Function : (\S*forward_sm90\S*)(.*?)(?=Function : |\Z)", text, re.S):
+    errs = check(m.group(1), parse(m.group(2)))
+    print(f"{m.group(1)[:100]}: {'ok' if not errs else 'Q REGISTERS CLOBBERED'}")
+    for e in sorted(set(errs))[:6]:
+        print("   ", e)
+    bad |= bool(errs)
+sys.exit(1 if bad else 0)

@@ -28,6 +28,7 @@ struct Options {
   // cp
   std::vector<std::string> cp;
   std::string cp_kernel = "cpu_reference";
+  std::string cp_comm;  // "nccl" or "mpi"; "" = nccl for CUDA kernels, mpi for CPU ones
   int cp_topology = 0;
   std::string cp_options = "{}";
   // list / caps

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   app.add_flag("--isolate", opt.isolate, "Run each cell in a child process (crashes and hangs become records)");
   app.add_option("--cell-timeout", opt.cell_timeout, "With --isolate: seconds before a cell is killed (TIMEOUT)");
   app.add_flag("--dry-run", opt.dry_run, "Print the matrix with skip reasons; run nothing");
-  app.add_option("--device", opt.device, "GPU to use: cuda:N (default cuda:0 when a GPU is present)");
+  app.add_option("--device", opt.device, "GPU to use: cuda:N (default cuda:0 when a GPU is present; with --cp every rank)");
   app.add_option("--threads", opt.threads, "Threads for CPU kernels (default: all)");
   app.add_flag("--no-check", opt.no_check, "Skip the reference check");
   app.add_option("--kernels", opt.kernels, "Only these kernels (comma separated)")->delimiter(',');
@@ -31,7 +31,13 @@ int main(int argc, char** argv) {
 
   app.add_option("--cp", opt.cp, "Context-parallel strategies to run (comma separated, * = all); launch with mpirun")
       ->delimiter(',');
-  app.add_option("--cp-kernel", opt.cp_kernel, "Kernel plugin for the strategies' local blocks (default cpu_reference)");
+  app.add_option("--cp-kernel", opt.cp_kernel,
+                 "Kernel plugin for the strategies' local blocks (default cpu_reference); its device is the run's: "
+                 "a cuda kernel (flex_flash) puts each rank on GPU local_rank % GPUs");
+  app.add_option("--cp-comm", opt.cp_comm,
+                 "Communicator lent to the strategies on GPUs: nccl (default) or mpi (device buffers staged through "
+                 "pinned host memory; ranks may share a GPU)")
+      ->check(CLI::IsMember({"nccl", "mpi"}));
   app.add_option("--cp-topology", opt.cp_topology, "Ranks per node for hybrid strategies (default: from the launcher)");
   app.add_option("--cp-options", opt.cp_options, "Strategy options as JSON, e.g. '{\"ulysses_degree\":2}'");
 

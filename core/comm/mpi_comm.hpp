@@ -18,6 +18,10 @@ void init_mpi(int* argc, char*** argv);
 // Finalizes MPI when this process initialized it and it is not finalized yet.
 void finalize_mpi();
 
+// The caller's rank among the ranks of its node in MPI_COMM_WORLD (MPI_COMM_TYPE_SHARED), or
+// rank % local_size_override when that is > 0. Collective over MPI_COMM_WORLD.
+int node_local_rank(int local_size_override = 0);
+
 // MPI_COMM_WORLD (duplicated). local_size_override > 0 replaces the launcher's topology:
 // ranks [k * override, (k + 1) * override) then count as one node.
 std::unique_ptr<Communicator> make_mpi_world(int local_size_override = 0);

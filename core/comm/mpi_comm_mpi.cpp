@@ -224,6 +224,19 @@ void finalize_mpi() {
   if (g_we_initialized && !finalized) MPI_Finalize();
 }
 
+int node_local_rank(int local_size_override) {
+  int rank = 0;
+  mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "Comm_rank");
+  if (local_size_override > 0) return rank % local_size_override;
+  MPI_Comm node;
+  mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+            "Comm_split_type");
+  int local = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  return local;
+}
+
 std::unique_ptr<Communicator> make_mpi_world(int local_size_override) {
   int initialized = 0;
   MPI_Initialized(&initialized);

@@ -1,6 +1,7 @@
 // NcclCommunicator: Communicator over one ncclComm, with the NCCL functions looked up by dlsym
 // in libnccl.so.2 (types from <nccl.h>). All-to-all is grouped send/recv; every call is
-// enqueued on the caller's cudaStream_t. Not yet run on a multi-GPU machine.
+// enqueued on the caller's cudaStream_t. Splits are cached: a CP plan splits the world the same
+// way for every cell, and a fresh ncclComm each time would cost more than the cell.
 #include "core/comm/nccl_comm.hpp"
 
 #include <lca/error.hpp>
@@ -11,8 +12,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace lca::core::comm {
 namespace {
@@ -69,7 +72,10 @@ const NcclApi& api() {
 
 void nccl_check(ncclResult_t rc, const char* what) {
   if (rc == ncclSuccess) return;
-  throw Error(LCA_ERR_COMM, std::string("NCCL ") + what + ": " + api().error_string(rc));
+  std::string hint;
+  if (rc == ncclInvalidUsage || rc == ncclSystemError || rc == ncclUnhandledCudaError)
+    hint = " (NCCL_DEBUG=WARN says more; ranks sharing one GPU need --cp-comm mpi)";
+  throw Error(LCA_ERR_COMM, std::string("NCCL ") + what + ": " + api().error_string(rc) + hint);
 }
 
 void cuda_check(cudaError_t rc, const char* what) {
@@ -105,35 +111,57 @@ ncclUniqueId share_unique_id(Communicator& bootstrap) {
   return id;
 }
 
+// One ncclComm with the bootstrap communicator of the same members; shared by every
+// NcclCommunicator that views it (the world, or a cached split handed out several times).
+struct NcclState {
+  std::unique_ptr<Communicator> owned_bootstrap;  // a split's; empty for the world
+  Communicator* bootstrap = nullptr;
+  ncclComm_t comm = nullptr;
+  void* barrier_word = nullptr;
+  std::map<std::vector<int32_t>, std::shared_ptr<NcclState>> splits;  // by every member's (color, key)
+
+  NcclState(std::unique_ptr<Communicator> owned, Communicator* boot, ncclComm_t c)
+      : owned_bootstrap(std::move(owned)), bootstrap(boot), comm(c) {
+    cuda_check(cudaMalloc(&barrier_word, sizeof(float)), "cudaMalloc (the barrier word)");
+    cuda_check(cudaMemset(barrier_word, 0, sizeof(float)), "cudaMemset");
+  }
+  ~NcclState() {
+    splits.clear();
+    if (comm != nullptr) api().destroy(comm);
+    if (barrier_word != nullptr) (void)cudaFree(barrier_word);
+  }
+};
+
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(std::unique_ptr<Communicator> owned_bootstrap, Communicator* bootstrap,
-                   ncclComm_t comm)
-      : owned_(std::move(owned_bootstrap)), boot_(bootstrap), comm_(comm) {
-    cuda_check(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc");
-    cuda_check(cudaMemset(barrier_word_, 0, sizeof(float)), "cudaMemset");
-  }
-  ~NcclCommunicator() override {
-    if (comm_ != nullptr) api().destroy(comm_);
-    if (barrier_word_ != nullptr) cudaFree(barrier_word_);
-  }
+  explicit NcclCommunicator(std::shared_ptr<NcclState> state) : s_(std::move(state)), comm_(s_->comm) {}
 
-  int rank() const override { return boot_->rank(); }
-  int size() const override { return boot_->size(); }
-  int local_size() const override { return boot_->local_size(); }
+  int rank() const override { return s_->bootstrap->rank(); }
+  int size() const override { return s_->bootstrap->size(); }
+  int local_size() const override { return s_->bootstrap->local_size(); }
   const char* backend() const override { return "nccl"; }
 
+  // Collective. Every member learns every member's (color, key) first, so all agree on whether
+  // the split is already cached; only a new partition makes new ncclComms.
   std::unique_ptr<Communicator> split(int color, int key) override {
-    auto child_boot = boot_->split(color, key);  // collective on the bootstrap, same order
-    ncclComm_t child = nullptr;
-    if (api().split != nullptr) {
-      nccl_check(api().split(comm_, color, key, &child, nullptr), "CommSplit");
-    } else {
-      const ncclUniqueId id = share_unique_id(*child_boot);
-      nccl_check(api().init_rank(&child, child_boot->size(), id, child_boot->rank()), "CommInitRank");
+    require(color >= 0, LCA_ERR_INVALID_ARGUMENT, "split: color must be >= 0");
+    const int32_t mine[2] = {color, key};
+    std::vector<int32_t> all(2 * static_cast<size_t>(size()));
+    s_->bootstrap->all_gather(mine, all.data(), 2, LCA_DTYPE_F32, nullptr);  // raw 4-byte words
+    auto& cached = s_->splits[all];
+    if (!cached) {
+      auto child_boot = s_->bootstrap->split(color, key);  // collective on the bootstrap, same order
+      ncclComm_t child = nullptr;
+      if (api().split != nullptr) {
+        nccl_check(api().split(comm_, color, key, &child, nullptr), "CommSplit");
+      } else {
+        const ncclUniqueId id = share_unique_id(*child_boot);
+        nccl_check(api().init_rank(&child, child_boot->size(), id, child_boot->rank()), "CommInitRank");
+      }
+      Communicator* raw = child_boot.get();
+      cached = std::make_shared<NcclState>(std::move(child_boot), raw, child);
     }
-    Communicator* raw = child_boot.get();
-    return std::make_unique<NcclCommunicator>(std::move(child_boot), raw, child);
+    return std::make_unique<NcclCommunicator>(cached);
   }
 
   void all_to_all(const void* send, const int64_t* sc, const int64_t* sd, void* recv,
@@ -177,14 +205,12 @@ class NcclCommunicator final : public Communicator {
   }
   // Ordered on the stream: a one-word all-reduce that every member must reach.
   void barrier(void* stream) override {
-    all_reduce(barrier_word_, barrier_word_, 1, LCA_DTYPE_F32, LCA_REDUCE_SUM, stream);
+    all_reduce(s_->barrier_word, s_->barrier_word, 1, LCA_DTYPE_F32, LCA_REDUCE_SUM, stream);
   }
 
  private:
-  std::unique_ptr<Communicator> owned_;  // the split bootstrap of a child; empty for the world
-  Communicator* boot_;
+  std::shared_ptr<NcclState> s_;
   ncclComm_t comm_;
-  void* barrier_word_ = nullptr;
 };
 
 }  // namespace
@@ -200,7 +226,7 @@ std::unique_ptr<Communicator> make_nccl_world(Communicator& bootstrap) {
   const ncclUniqueId id = share_unique_id(bootstrap);
   ncclComm_t comm = nullptr;
   nccl_check(api().init_rank(&comm, bootstrap.size(), id, bootstrap.rank()), "CommInitRank");
-  return std::make_unique<NcclCommunicator>(nullptr, &bootstrap, comm);
+  return std::make_unique<NcclCommunicator>(std::make_shared<NcclState>(nullptr, &bootstrap, comm));
 }
 
 }  // namespace lca::core::comm

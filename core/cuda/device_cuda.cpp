@@ -5,6 +5,8 @@
 #include <cublas_api.h>
 #include <dlfcn.h>
 
+#include <cstdio>
+
 namespace lca::core::gpu {
 
 int device_count() {
@@ -79,6 +81,9 @@ GpuInfo query(int index) {
   info.cc_minor = prop.minor;
   info.total_mem = prop.totalGlobalMem;
   info.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+  char pci[32];
+  std::snprintf(pci, sizeof(pci), "%04x:%02x:%02x", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
+  info.pci_bus_id = pci;
   int khz = 0;
   LCA_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, index));
   info.sm_clock_mhz = khz / 1000;

@@ -26,6 +26,7 @@ struct GpuInfo {
   size_t total_mem = 0, l2_bytes = 0;
   int driver_version = 0, runtime_version = 0;  // CUDA's encoding: 13000 = 13.0
   std::string cudnn_version, nccl_version, cublas_version;  // "absent" when not loadable
+  std::string pci_bus_id;  // "domain:bus:device", e.g. "0000:1b:00": one physical GPU
 };
 
 GpuInfo query(int index);
@@ -96,9 +97,10 @@ class EventTimer {
 
 // Uniform in [-scale, scale], lca::core::random_uniform(seed, index) * scale rounded to dtype
 // (the CPU backend draws the same values); never exactly zero.
-// dtype: LCA_DTYPE_BF16, F16 or F32. Enqueued on stream (cudaStream_t, may be NULL).
+// dtype: LCA_DTYPE_BF16, F16 or F32. Enqueued on stream (cudaStream_t, may be NULL). Element i
+// gets index first_index + i.
 void fill_random(void* dev_ptr, int64_t count, int32_t dtype, uint64_t seed, float scale,
-                 void* stream);
+                 void* stream, uint64_t first_index = 0);
 
 // Writes a buffer twice the size of the current device's L2 so that no input stays cached.
 void flush_l2(void* stream);

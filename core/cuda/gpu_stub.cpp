@@ -41,7 +41,7 @@ void EventTimer::start(void*) {}
 void EventTimer::stop(void*) {}
 float EventTimer::elapsed_ms() const { return 0; }
 
-void fill_random(void*, int64_t, int32_t, uint64_t, float, void*) { no_cuda("gpu::fill_random"); }
+void fill_random(void*, int64_t, int32_t, uint64_t, float, void*, uint64_t) { no_cuda("gpu::fill_random"); }
 void flush_l2(void*) { no_cuda("gpu::flush_l2"); }
 Ceilings measure_ceilings(int) { no_cuda("gpu::measure_ceilings"); }
 

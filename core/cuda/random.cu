@@ -39,32 +39,32 @@ template <>
 __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 template <class T>
-__global__ void fill_random_kernel(T* out, int64_t count, uint64_t seed, float scale) {
+__global__ void fill_random_kernel(T* out, int64_t count, uint64_t seed, float scale, uint64_t first) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
-    out[i] = from_float<T>(scale * uniform(seed, static_cast<uint64_t>(i)));
+    out[i] = from_float<T>(scale * uniform(seed, first + static_cast<uint64_t>(i)));
 }
 
 template <class T>
-void launch_fill(void* ptr, int64_t count, uint64_t seed, float scale, cudaStream_t stream) {
+void launch_fill(void* ptr, int64_t count, uint64_t seed, float scale, uint64_t first, cudaStream_t stream) {
   const int threads = 256;
   const int64_t wanted = (count + threads - 1) / threads;
   const int blocks = static_cast<int>(wanted < 65536 ? wanted : 65536);
-  fill_random_kernel<T><<<blocks, threads, 0, stream>>>(static_cast<T*>(ptr), count, seed, scale);
+  fill_random_kernel<T><<<blocks, threads, 0, stream>>>(static_cast<T*>(ptr), count, seed, scale, first);
   LCA_CUDA_CHECK_LAUNCH("fill_random_kernel");
 }
 
 }  // namespace
 
 void fill_random(void* dev_ptr, int64_t count, int32_t dtype, uint64_t seed, float scale,
-                 void* stream) {
+                 void* stream, uint64_t first) {
   if (count <= 0) return;
   if (dev_ptr == nullptr) throw std::runtime_error("fill_random: null pointer");
   auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case LCA_DTYPE_F32: launch_fill<float>(dev_ptr, count, seed, scale, s); break;
-    case LCA_DTYPE_F16: launch_fill<__half>(dev_ptr, count, seed, scale, s); break;
-    case LCA_DTYPE_BF16: launch_fill<__nv_bfloat16>(dev_ptr, count, seed, scale, s); break;
+    case LCA_DTYPE_F32: launch_fill<float>(dev_ptr, count, seed, scale, first, s); break;
+    case LCA_DTYPE_F16: launch_fill<__half>(dev_ptr, count, seed, scale, first, s); break;
+    case LCA_DTYPE_BF16: launch_fill<__nv_bfloat16>(dev_ptr, count, seed, scale, first, s); break;
     default: throw std::runtime_error("fill_random: dtype must be f32, f16 or bf16");
   }
 }

@@ -26,8 +26,11 @@ class Backend {
   virtual void reset_peak() = 0;
   virtual void* stream() = 0;
 
-  // Uniform in [-scale, scale], from (seed, index): the same values on every backend.
-  virtual void fill_random(void* ptr, int64_t count, int32_t dtype, uint64_t seed, float scale) = 0;
+  // Uniform in [-scale, scale], from (seed, index): the same values on every backend. Element i
+  // of ptr gets index first_index + i, so a piece of a tensor can be drawn on its own (a CP
+  // rank draws only its own tokens).
+  virtual void fill_random(void* ptr, int64_t count, int32_t dtype, uint64_t seed, float scale,
+                           uint64_t first_index = 0) = 0;
   // Bytes 0xFF everywhere (NaN for every float type): an unwritten output shows as NaN.
   virtual void poison(void* ptr, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;

@@ -3,6 +3,7 @@
 
 #include "core/check/compare.hpp"
 #include "core/report/results.hpp"
+#include "core/run/cp_timing.hpp"
 #include "core/run/runner.hpp"
 
 #include <lca/types.hpp>
@@ -12,6 +13,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iomanip>
+#include <memory>
+#include <sstream>
 #include <stdexcept>
 
 namespace lca::core {
@@ -21,60 +25,150 @@ lca_tensor thd(void* data, int32_t dtype, int64_t tokens, int64_t heads, int64_t
   return lca_tensor{sizeof(lca_tensor), dtype, data, {tokens, heads, d}, {heads * d, d, 1}};
 }
 
-// Host memory for one tensor, tracked by the backend allocator so peaks are per rank.
-struct HostTensor {
-  Backend& be;
-  void* data = nullptr;
-  size_t bytes = 0;
-  HostTensor(Backend& b, size_t n) : be(b), bytes(n) {
-    if (be.allocator()->alloc(be.allocator()->ctx, n, &data) != LCA_OK)
-      throw std::runtime_error("out of memory (" + std::to_string(n) + " bytes)");
-    std::memset(data, 0, n);
+// One tensor of a cell from the backend allocator (host or device memory, so peaks are per
+// rank); freed with the object.
+class Tensor {
+ public:
+  Tensor(Backend& be, size_t bytes, const char* what) : be_(be), bytes_(bytes) {
+    if (bytes == 0) return;
+    if (be_.allocator()->alloc(be_.allocator()->ctx, bytes, &data_) != LCA_OK || data_ == nullptr) {
+      data_ = nullptr;
+      throw std::runtime_error(std::string("E|out of memory allocating ") + what + " (" + std::to_string(bytes) +
+                               " bytes on " + be_.name() + ")");
+    }
   }
-  ~HostTensor() { be.allocator()->free(be.allocator()->ctx, data); }
+  ~Tensor() {
+    if (data_ != nullptr) be_.allocator()->free(be_.allocator()->ctx, data_);
+  }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  std::vector<unsigned char> to_host() const {
+    std::vector<unsigned char> out(bytes_);
+    if (bytes_) be_.copy_to_host(out.data(), data_, bytes_);
+    return out;
+  }
+
+ private:
+  Backend& be_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
-// Copies rows (tokens) listed by ranges between a global [S, H, D] and a packed local buffer.
-void gather_rows(const void* global, void* local, const std::vector<lca_token_range>& ranges, size_t row_bytes) {
-  size_t at = 0;
+// Draws the rows `ranges` of a global [S, row_elems] tensor into `local`, packed in range
+// order: element for element the values the single-device runner draws for those rows.
+void fill_rows(Backend& be, void* local, const std::vector<lca_token_range>& ranges, int64_t row_elems, int32_t dtype,
+               uint64_t seed) {
+  int64_t at = 0;
   for (const auto& r : ranges) {
-    const size_t n = static_cast<size_t>(r.end - r.begin) * row_bytes;
-    std::memcpy(static_cast<char*>(local) + at, static_cast<const char*>(global) + r.begin * row_bytes, n);
-    at += n;
-  }
-}
-void scatter_rows(const void* local, void* global, const std::vector<lca_token_range>& ranges, size_t row_bytes) {
-  size_t at = 0;
-  for (const auto& r : ranges) {
-    const size_t n = static_cast<size_t>(r.end - r.begin) * row_bytes;
-    std::memcpy(static_cast<char*>(global) + r.begin * row_bytes, static_cast<const char*>(local) + at, n);
-    at += n;
-  }
-}
-// LSE is [H, S]: the same, per head.
-void scatter_lse(const float* local, float* global, const std::vector<lca_token_range>& ranges, int64_t H,
-                 int64_t S, int64_t local_n) {
-  for (int64_t h = 0; h < H; ++h) {
-    int64_t at = 0;
-    for (const auto& r : ranges)
-      for (int64_t t = r.begin; t < r.end; ++t) global[h * S + t] = local[h * local_n + at++];
+    const int64_t count = (r.end - r.begin) * row_elems;
+    be.fill_random(static_cast<char*>(local) + at * static_cast<int64_t>(dtype_size(dtype)), count, dtype, seed, 1.0f,
+                   static_cast<uint64_t>(r.begin * row_elems));
+    at += count;
   }
 }
 
-double max_over(comm::Communicator& world, double v) {
+int64_t rows_of(const std::vector<lca_token_range>& ranges) {
+  int64_t n = 0;
+  for (const auto& r : ranges) n += r.end - r.begin;
+  return n;
+}
+
+double reduce(comm::Communicator& control, double v, lca_reduce_op op) {
   double out = v;
-  world.all_reduce(&v, &out, 1, LCA_DTYPE_F64, LCA_REDUCE_MAX, nullptr);
+  control.all_reduce(&v, &out, 1, LCA_DTYPE_F64, op, nullptr);
   return out;
+}
+
+nlohmann::json min_max(comm::Communicator& control, double v) {
+  return {{"min", -reduce(control, -v, LCA_REDUCE_MAX)}, {"max", reduce(control, v, LCA_REDUCE_MAX)}};
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Rank 0 receives every rank's packed rows of a [S, row_elems] tensor (host bytes) and puts them
+// in place in `global` (rank 0 only). One message a rank keeps every count within MPI's limits
+// for any shard that fits one device.
+void gather_rows(comm::Communicator& control, const std::vector<unsigned char>& local,
+                 const std::vector<std::vector<lca_token_range>>& ranges, int64_t row_elems, int32_t dtype,
+                 std::vector<unsigned char>& global) {
+  const int me = control.rank();
+  const auto dt = static_cast<lca_dtype>(dtype);
+  const size_t row_bytes = static_cast<size_t>(row_elems) * dtype_size(dtype);
+  if (me != 0) {
+    control.send(local.data(), rows_of(ranges[me]) * row_elems, dt, 0, nullptr);
+    return;
+  }
+  std::vector<unsigned char> in;
+  for (int p = 0; p < control.size(); ++p) {
+    const int64_t n = rows_of(ranges[p]);
+    const unsigned char* src = local.data();
+    if (p != 0) {
+      in.resize(static_cast<size_t>(n) * row_bytes);
+      control.recv(in.data(), n * row_elems, dt, p, nullptr);
+      src = in.data();
+    }
+    size_t at = 0;
+    for (const auto& r : ranges[p]) {
+      const size_t bytes = static_cast<size_t>(r.end - r.begin) * row_bytes;
+      std::memcpy(global.data() + static_cast<size_t>(r.begin) * row_bytes, src + at, bytes);
+      at += bytes;
+    }
+  }
+}
+
+// The same for LSE: local [H, n] fp32 -> global [H, S].
+void gather_lse(comm::Communicator& control, const std::vector<unsigned char>& local,
+                const std::vector<std::vector<lca_token_range>>& ranges, int64_t H, int64_t S, std::vector<float>& global) {
+  const int me = control.rank();
+  if (me != 0) {
+    control.send(local.data(), H * rows_of(ranges[me]), LCA_DTYPE_F32, 0, nullptr);
+    return;
+  }
+  std::vector<float> in;
+  for (int p = 0; p < control.size(); ++p) {
+    const int64_t n = rows_of(ranges[p]);
+    in.resize(static_cast<size_t>(H * n));
+    if (p == 0) std::memcpy(in.data(), local.data(), in.size() * sizeof(float));
+    else control.recv(in.data(), H * n, LCA_DTYPE_F32, p, nullptr);
+    for (int64_t h = 0; h < H; ++h) {
+      int64_t at = 0;
+      for (const auto& r : ranges[p])
+        for (int64_t t = r.begin; t < r.end; ++t) global[h * S + t] = in[h * n + at++];
+    }
+  }
+}
+
+std::string device_name(const Backend& be) { return be.type() == LCA_DEVICE_CPU ? "cpu" : "cuda"; }
+
+// "#   ranks: ..." under a cell's row: the spread of the per-rank figures.
+void print_ranks(std::ostream& out, const nlohmann::json& j) {
+  auto range = [&](const char* key, int precision) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(precision) << j[key]["min"].get<double>() << ".."
+      << j[key]["max"].get<double>();
+    return s.str();
+  };
+  out << "    ranks: time " << range("time_ms", 3) << " ms, in comm " << range("comm_ms", 3) << " ms, in kernel "
+      << range("compute_ms", 3) << " ms, peak "
+      << format_bytes(static_cast<size_t>(j["peak_bytes"]["min"].get<double>())) << ".."
+      << format_bytes(static_cast<size_t>(j["peak_bytes"]["max"].get<double>())) << "\n";
 }
 
 }  // namespace
 
 SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const MatrixSpec& spec,
-                              comm::Communicator& world, Backend& be, const CPOptions& cp,
+                              comm::Communicator& world, comm::Communicator& control, Backend& be, const CPOptions& cp,
                               const SessionOptions& options, std::ostream& out) {
   SessionSummary summary;
-  const bool root = world.rank() == 0;
+  const bool root = control.rank() == 0;
   const int W = world.size();
+  const std::string dev = device_name(be);
   std::vector<const PluginRecord*> strategies;
   if (cp.strategies.size() == 1 && cp.strategies[0] == "*") {
     strategies = registry.loaded("cp_strategy");
@@ -91,11 +185,16 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
   }
   const auto* kernel_rec = registry.find(cp.kernel, "kernel");
   if (!kernel_rec) throw std::runtime_error("--cp-kernel '" + cp.kernel + "' is not a loaded kernel (see `lcahost caps`)");
-  if (kernel_rec->manifest.kernel.device != "cpu" && be.type() == LCA_DEVICE_CPU)
+  if (kernel_rec->manifest.kernel.device != dev)
     throw std::runtime_error("--cp-kernel " + cp.kernel + " runs on " + kernel_rec->manifest.kernel.device +
-                             "; CP runs on the CPU backend need a cpu kernel such as cpu_reference");
+                             ", this CP run is on " + dev + "; pick a " + dev + " kernel (cpu_reference on cpu, "
+                             "flex_flash on cuda)");
   auto kernel = registry.make_kernel(*kernel_rec);
-  const auto* ref_rec = registry.reference_kernel("cpu");
+  // The host lends the strategies a timed view of the kernel and of the world.
+  IntervalClock kernel_clock, comm_clock;
+  TimedKernel timed_kernel(kernel->ref(), kernel_clock);
+  auto timed_world = make_timed_communicator(world, comm_clock);
+  const auto* ref_rec = registry.reference_kernel(dev);
   std::shared_ptr<KernelInstance> reference;
   if (root && ref_rec && spec.check) reference = registry.make_kernel(*ref_rec, R"({"accumulate":"f64"})");
 
@@ -111,21 +210,22 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
     writer = std::make_unique<ResultsWriter>(options.out, options.resume);
     nlohmann::json run = options.environment;
     run["cp"] = {{"world_size", W}, {"local_size", world.local_size()}, {"backend", world.backend()},
-                 {"kernel", cp.kernel}, {"options", nlohmann::json::parse(cp.options_json)}};
-    run["matrix"] = {{"name", spec.name}, {"source", spec.source.string()}, {"seed", spec.seed}};
+                 {"device", dev}, {"kernel", cp.kernel}, {"options", nlohmann::json::parse(cp.options_json)}};
+    if (!cp.ranks.empty()) run["cp"]["ranks"] = cp.ranks;
+    run["matrix"] = {{"name", spec.name}, {"source", spec.source.string()}, {"warmup", spec.warmup},
+                     {"repeats", spec.repeats}, {"seed", spec.seed}, {"check", spec.check}};
     writer->write_run(run);
   }
   TablePrinter table(out);
   if (root) {
-    out << "# lca cp matrix '" << spec.name << "': world size " << W << " (" << world.backend()
+    out << "# lca cp matrix '" << spec.name << "': world size " << W << " on " << dev << " (" << world.backend()
         << ", " << world.local_size() << " per node), local kernel " << cp.kernel << "\n";
     table.header();
   }
 
-  size_t total = 0;
-  const auto& lengths = spec.seqlens_for(be.type() == LCA_DEVICE_CPU ? "cpu" : "cuda");
-  total = strategies.size() * mask_specs.size() * lengths.size() * spec.heads.size() * spec.head_dims.size() *
-          spec.dtypes.size() * spec.passes.size();
+  const auto& lengths = spec.seqlens_for(dev);
+  const size_t total = strategies.size() * mask_specs.size() * lengths.size() * spec.heads.size() *
+                       spec.head_dims.size() * spec.dtypes.size() * spec.passes.size();
   size_t index = 0;
   const auto t_start = std::chrono::steady_clock::now();
   for (const auto* srec : strategies)
@@ -139,12 +239,15 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                 const int64_t S = per_rank * W;  // lengths are per rank in CP specs
                 const bool bwd = pass == "bwd";
                 CellResult r;
-                r.cell = Cell{srec->name() + "/" + cp.kernel, be.type() == LCA_DEVICE_CPU ? "cpu" : "cuda", mspec,
-                              S, heads, D, dtype_name, pass, ""};
+                r.cell = Cell{srec->name() + "/" + cp.kernel, dev, mspec, S, heads, D, dtype_name, pass, ""};
                 const auto t0 = std::chrono::steady_clock::now();
                 std::string error;
                 try {
+                  const auto& devices = srec->manifest.cp.devices;
+                  if (std::find(devices.begin(), devices.end(), dev) == devices.end())
+                    throw std::runtime_error("X|" + srec->name() + " does not run on " + dev + " (its manifest's devices)");
                   const int32_t dtype = lca::dtype_from_name(dtype_name);
+                  if (dtype < 0) throw std::runtime_error("ERROR|unknown dtype '" + dtype_name + "'");
                   const size_t es = lca::dtype_size(dtype);
                   const int64_t Hq = heads.heads_q, Hkv = heads.heads_kv;
                   auto gm = masks.generate(mspec, S, spec.seed);
@@ -153,27 +256,21 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                   const lca_problem problem{sizeof(lca_problem), dtype, be.type(), be.device_index(), S, S,
                                             static_cast<int32_t>(Hq), static_cast<int32_t>(Hkv), D,
                                             static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
-                  // Global inputs: the same values the single-device runner draws for this problem.
-                  std::vector<unsigned char> gq(S * Hq * D * es), gk(S * Hkv * D * es), gv(gk.size()), gdo(gq.size());
-                  auto mixed = [&](int which) {
+                  // Inputs depend on the problem and the seed only: the single-device runner's.
+                  auto seed = [&](int which) {
                     return input_seed(spec.seed, S, static_cast<int>(Hq), static_cast<int>(Hkv), D, which);
                   };
-                  be.fill_random(gq.data(), S * Hq * D, dtype, mixed(1), 1.0f);
-                  be.fill_random(gk.data(), S * Hkv * D, dtype, mixed(2), 1.0f);
-                  be.fill_random(gv.data(), S * Hkv * D, dtype, mixed(3), 1.0f);
-                  if (bwd) be.fill_random(gdo.data(), S * Hq * D, dtype, mixed(4), 1.0f);
 
                   auto strategy = registry.make_cp_strategy(*srec);
                   const lca_exec exec{sizeof(lca_exec), be.stream(), be.allocator(), options.threads};
-                  const lca_cp_config config{sizeof(lca_cp_config), comm::as_comm_ref(world), kernel->ref(), &problem,
-                                             &gm->mask(), cp.options_json.c_str()};
+                  const lca_cp_config config{sizeof(lca_cp_config), comm::as_comm_ref(*timed_world), timed_kernel.ref(),
+                                             &problem, &gm->mask(), cp.options_json.c_str()};
                   lca_cp_plan* plan = nullptr;
                   const lca_status ps = strategy->vtable().plan(strategy->get(), &config, &exec, &plan);
-                  const double any_failed = max_over(world, ps == LCA_OK ? 0.0 : 1.0);
-                  if (any_failed > 0) {
+                  if (reduce(control, ps == LCA_OK ? 0.0 : 1.0, LCA_REDUCE_MAX) > 0) {
                     const std::string why = ps == LCA_OK ? "another rank refused the plan" : strategy->vtable().last_error();
                     if (plan) strategy->vtable().destroy_plan(strategy->get(), plan, &exec);
-                    throw std::runtime_error((ps == LCA_ERR_UNSUPPORTED ? "X|" : "ERROR|") + why);
+                    throw std::runtime_error((ps == LCA_ERR_UNSUPPORTED ? "X|" : ps == LCA_ERR_OUT_OF_MEMORY ? "E|" : "ERROR|") + why);
                   }
                   struct PlanGuard {
                     CPStrategyInstance& s;
@@ -182,96 +279,166 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                     ~PlanGuard() { s.vtable().destroy_plan(s.get(), p, e); }
                   } guard{*strategy, plan, &exec};
 
-                  int64_t count = 0;
-                  if (strategy->vtable().dispatch(strategy->get(), plan, world.rank(), nullptr, 0, &count) != LCA_OK)
-                    throw std::runtime_error(std::string("ERROR|dispatch: ") + strategy->vtable().last_error());
-                  std::vector<lca_token_range> ranges(static_cast<size_t>(count));
-                  strategy->vtable().dispatch(strategy->get(), plan, world.rank(), ranges.data(), count, &count);
-                  int64_t n = 0;
-                  for (const auto& rg : ranges) n += rg.end - rg.begin;
+                  // Every rank's tokens (rank 0 places the gathered rows with them).
+                  std::vector<std::vector<lca_token_range>> ranges(static_cast<size_t>(W));
+                  for (int p = 0; p < W; ++p) {
+                    int64_t count = 0;
+                    if (strategy->vtable().dispatch(strategy->get(), plan, p, nullptr, 0, &count) != LCA_OK)
+                      throw std::runtime_error(std::string("ERROR|dispatch: ") + strategy->vtable().last_error());
+                    ranges[p].resize(static_cast<size_t>(count));
+                    strategy->vtable().dispatch(strategy->get(), plan, p, ranges[p].data(), count, &count);
+                  }
+                  const auto& mine = ranges[control.rank()];
+                  const int64_t n = rows_of(mine);
 
-                  be.reset_peak();
-                  const size_t before = be.current_bytes();
-                  HostTensor lq(be, n * Hq * D * es), lk(be, n * Hkv * D * es), lv(be, n * Hkv * D * es),
-                      lo(be, n * Hq * D * es), llse(be, n * Hq * 4);
-                  gather_rows(gq.data(), lq.data, ranges, Hq * D * es);
-                  gather_rows(gk.data(), lk.data, ranges, Hkv * D * es);
-                  gather_rows(gv.data(), lv.data, ranges, Hkv * D * es);
-                  const lca_fwd_args fa{sizeof(lca_fwd_args), thd(lq.data, dtype, n, Hq, D), thd(lk.data, dtype, n, Hkv, D),
-                                        thd(lv.data, dtype, n, Hkv, D), thd(lo.data, dtype, n, Hq, D),
-                                        lca_tensor{sizeof(lca_tensor), LCA_DTYPE_F32, llse.data, {Hq, n, 1}, {n, 1, 1}}};
-                  std::unique_ptr<HostTensor> ldo, ldq, ldk, ldv;
-                  lca_bwd_args ba{};
-                  auto run_fwd = [&] {
-                    if (strategy->vtable().forward(strategy->get(), plan, &fa, &exec) != LCA_OK)
-                      throw std::runtime_error(std::string("ERROR|forward: ") + strategy->vtable().last_error());
-                  };
-                  if (bwd) {
-                    ldo = std::make_unique<HostTensor>(be, n * Hq * D * es);
-                    ldq = std::make_unique<HostTensor>(be, n * Hq * D * es);
-                    ldk = std::make_unique<HostTensor>(be, n * Hkv * D * es);
-                    ldv = std::make_unique<HostTensor>(be, n * Hkv * D * es);
-                    gather_rows(gdo.data(), ldo->data, ranges, Hq * D * es);
-                    run_fwd();
-                    ba = lca_bwd_args{sizeof(lca_bwd_args), fa.q, fa.k, fa.v, fa.o, thd(ldo->data, dtype, n, Hq, D), fa.lse,
-                                      thd(ldq->data, dtype, n, Hq, D), thd(ldk->data, dtype, n, Hkv, D),
-                                      thd(ldv->data, dtype, n, Hkv, D)};
-                  }
-                  auto call = [&] {
-                    if (!bwd) return run_fwd();
-                    if (strategy->vtable().backward(strategy->get(), plan, &ba, &exec) != LCA_OK)
-                      throw std::runtime_error(std::string("ERROR|backward: ") + strategy->vtable().last_error());
-                  };
-                  for (int i = 0; i < spec.warmup; ++i) call();
-                  for (int i = 0; i < spec.repeats; ++i) {
-                    world.barrier(be.stream());
-                    const double ms = be.time_ms(call);
-                    r.times_ms.push_back(max_over(world, ms));  // a step ends when the slowest rank ends
-                  }
-                  const double peak = max_over(world, static_cast<double>(be.peak_bytes() - before));
-                  r.total_peak_bytes = static_cast<size_t>(peak);
-                  std::vector<double> sorted = r.times_ms;
-                  std::sort(sorted.begin(), sorted.end());
-                  r.median_ms = sorted[sorted.size() / 2];
-                  r.min_ms = sorted.front();
-                  r.max_ms = sorted.back();
-                  // Per GPU (per rank): total FLOPs / world / the slowest rank's time.
-                  r.tflops = r.flops / W / (r.median_ms * 1e-3) / 1e12;
-                  r.status = "ok";
+                  std::vector<unsigned char> host_o, host_lse, host_dq, host_dk, host_dv;
+                  {
+                    be.synchronize();
+                    be.reset_peak();
+                    const size_t before = be.current_bytes();
+                    std::unique_ptr<Tensor> lq, lk, lv, lo, llse, ldo, ldq, ldk, ldv;
+                    std::string alloc_error;
+                    try {
+                      lq = std::make_unique<Tensor>(be, n * Hq * D * es, "Q");
+                      lk = std::make_unique<Tensor>(be, n * Hkv * D * es, "K");
+                      lv = std::make_unique<Tensor>(be, n * Hkv * D * es, "V");
+                      lo = std::make_unique<Tensor>(be, n * Hq * D * es, "O");
+                      llse = std::make_unique<Tensor>(be, n * Hq * 4, "LSE");
+                      if (bwd) {
+                        ldo = std::make_unique<Tensor>(be, n * Hq * D * es, "dO");
+                        ldq = std::make_unique<Tensor>(be, n * Hq * D * es, "dQ");
+                        ldk = std::make_unique<Tensor>(be, n * Hkv * D * es, "dK");
+                        ldv = std::make_unique<Tensor>(be, n * Hkv * D * es, "dV");
+                      }
+                    } catch (const std::exception& e) {
+                      alloc_error = e.what();
+                    }
+                    // A rank that cannot hold its shard must not leave the others in a collective.
+                    if (reduce(control, alloc_error.empty() ? 0.0 : 1.0, LCA_REDUCE_MAX) > 0)
+                      throw std::runtime_error(alloc_error.empty() ? "E|another rank ran out of memory" : alloc_error);
+                    fill_rows(be, lq->data(), mine, Hq * D, dtype, seed(1));
+                    fill_rows(be, lk->data(), mine, Hkv * D, dtype, seed(2));
+                    fill_rows(be, lv->data(), mine, Hkv * D, dtype, seed(3));
+                    be.poison(lo->data(), lo->bytes());
+                    be.poison(llse->data(), llse->bytes());
+                    const lca_fwd_args fa{sizeof(lca_fwd_args), thd(lq->data(), dtype, n, Hq, D),
+                                          thd(lk->data(), dtype, n, Hkv, D), thd(lv->data(), dtype, n, Hkv, D),
+                                          thd(lo->data(), dtype, n, Hq, D),
+                                          lca_tensor{sizeof(lca_tensor), LCA_DTYPE_F32, llse->data(), {Hq, n, 1}, {n, 1, 1}}};
+                    lca_bwd_args ba{};
+                    auto run_fwd = [&] {
+                      if (strategy->vtable().forward(strategy->get(), plan, &fa, &exec) != LCA_OK)
+                        throw std::runtime_error(std::string("ERROR|forward: ") + strategy->vtable().last_error());
+                    };
+                    if (bwd) {
+                      fill_rows(be, ldo->data(), mine, Hq * D, dtype, seed(4));
+                      run_fwd();  // O and LSE from the strategy's own forward, as in training
+                      ba = lca_bwd_args{sizeof(lca_bwd_args), fa.q, fa.k, fa.v, fa.o, thd(ldo->data(), dtype, n, Hq, D), fa.lse,
+                                        thd(ldq->data(), dtype, n, Hq, D), thd(ldk->data(), dtype, n, Hkv, D),
+                                        thd(ldv->data(), dtype, n, Hkv, D)};
+                      be.poison(ldq->data(), ldq->bytes());
+                      be.poison(ldk->data(), ldk->bytes());
+                      be.poison(ldv->data(), ldv->bytes());
+                    }
+                    auto call = [&] {
+                      if (!bwd) return run_fwd();
+                      if (strategy->vtable().backward(strategy->get(), plan, &ba, &exec) != LCA_OK)
+                        throw std::runtime_error(std::string("ERROR|backward: ") + strategy->vtable().last_error());
+                    };
+                    for (int i = 0; i < spec.warmup; ++i) call();
+                    be.synchronize();
+                    comm_clock.take_ms();
+                    kernel_clock.take_ms();
+                    std::vector<double> my_ms, my_comm, my_kernel;
+                    for (int i = 0; i < spec.repeats; ++i) {
+                      be.flush_caches();
+                      world.barrier(be.stream());
+                      const double ms = be.time_ms(call);
+                      be.synchronize();
+                      my_ms.push_back(ms);
+                      my_comm.push_back(comm_clock.take_ms());
+                      my_kernel.push_back(kernel_clock.take_ms());
+                      r.times_ms.push_back(reduce(control, ms, LCA_REDUCE_MAX));  // a step ends with the slowest rank
+                    }
+                    const double my_peak = static_cast<double>(be.peak_bytes() - before);
+                    r.total_peak_bytes = static_cast<size_t>(reduce(control, my_peak, LCA_REDUCE_MAX));
+                    std::vector<double> sorted = r.times_ms;
+                    std::sort(sorted.begin(), sorted.end());
+                    r.median_ms = sorted[sorted.size() / 2];
+                    r.min_ms = sorted.front();
+                    r.max_ms = sorted.back();
+                    // Per GPU (per rank): total FLOPs / world / the slowest rank's time.
+                    r.tflops = r.flops / W / (r.median_ms * 1e-3) / 1e12;
+                    const double my_median = median(my_ms);
+                    r.cp_ranks = {{"time_ms", min_max(control, my_median)},
+                                  {"comm_ms", min_max(control, median(my_comm))},
+                                  {"compute_ms", min_max(control, median(my_kernel))},
+                                  {"peak_bytes", min_max(control, my_peak)},
+                                  {"tflops", min_max(control, my_median > 0 ? r.flops / W / (my_median * 1e-3) / 1e12 : 0.0)}};
+                    r.status = "ok";
+                    if (spec.check) {
+                      host_o = lo->to_host();
+                      host_lse = llse->to_host();
+                      if (bwd) host_dq = ldq->to_host(), host_dk = ldk->to_host(), host_dv = ldv->to_host();
+                    }
+                  }  // the shards are freed before rank 0 builds the global tensors of the check
 
                   if (spec.check) {
-                    // Everyone scatters its rows into zeroed global buffers; a sum over ranks
-                    // then gives every row exactly once, and rank 0 checks the whole thing.
-                    std::vector<unsigned char> go(gq.size(), 0);
-                    std::vector<float> glse(static_cast<size_t>(Hq * S), 0.0f);
-                    scatter_rows(lo.data, go.data(), ranges, Hq * D * es);
-                    scatter_lse(static_cast<float*>(llse.data), glse.data(), ranges, Hq, S, n);
-                    std::vector<unsigned char> sum_o(go.size());
-                    std::vector<float> sum_lse(glse.size());
-                    world.all_reduce(go.data(), sum_o.data(), S * Hq * D, static_cast<lca_dtype>(dtype), LCA_REDUCE_SUM, nullptr);
-                    world.all_reduce(glse.data(), sum_lse.data(), Hq * S, LCA_DTYPE_F32, LCA_REDUCE_SUM, nullptr);
-                    std::vector<unsigned char> sdq, sdk, sdv;
-                    if (bwd) {
-                      auto gather_sum = [&](const HostTensor& local, int64_t heads, std::vector<unsigned char>& sum) {
-                        std::vector<unsigned char> g(static_cast<size_t>(S * heads * D) * es, 0);
-                        scatter_rows(local.data, g.data(), ranges, heads * D * es);
-                        sum.resize(g.size());
-                        world.all_reduce(g.data(), sum.data(), S * heads * D, static_cast<lca_dtype>(dtype), LCA_REDUCE_SUM, nullptr);
-                      };
-                      gather_sum(*ldq, Hq, sdq);
-                      gather_sum(*ldk, Hkv, sdk);
-                      gather_sum(*ldv, Hkv, sdv);
+                    std::vector<unsigned char> go, gdq, gdk, gdv;
+                    std::vector<float> glse;
+                    if (root) {
+                      go.assign(static_cast<size_t>(S * Hq * D) * es, 0);
+                      glse.assign(static_cast<size_t>(Hq * S), 0.0f);
+                      if (bwd) {
+                        gdq.assign(go.size(), 0);
+                        gdk.assign(static_cast<size_t>(S * Hkv * D) * es, 0);
+                        gdv.assign(gdk.size(), 0);
+                      }
                     }
-                    if (root && reference) {
-                      CellBuffers buf{gq.data(), gk.data(), gv.data(), sum_o.data(), sum_lse.data(),
-                                      bwd ? gdo.data() : nullptr, bwd ? sdq.data() : nullptr,
-                                      bwd ? sdk.data() : nullptr, bwd ? sdv.data() : nullptr};
+                    gather_rows(control, host_o, ranges, Hq * D, dtype, go);
+                    gather_lse(control, host_lse, ranges, Hq, S, glse);
+                    if (bwd) {
+                      gather_rows(control, host_dq, ranges, Hq * D, dtype, gdq);
+                      gather_rows(control, host_dk, ranges, Hkv * D, dtype, gdk);
+                      gather_rows(control, host_dv, ranges, Hkv * D, dtype, gdv);
+                    }
+                    if (root && !reference) {
+                      r.reason = "unchecked: no reference kernel for " + dev + " is loaded";
+                    } else if (root) {
+                      // The reference reads the global problem where the backend keeps tensors.
+                      const size_t qb = static_cast<size_t>(S * Hq * D) * es, kb = static_cast<size_t>(S * Hkv * D) * es;
+                      Tensor tq(be, qb, "the check's Q"), tk(be, kb, "the check's K"), tv(be, kb, "the check's V"),
+                          to(be, qb, "the check's O"), tlse(be, glse.size() * 4, "the check's LSE");
+                      std::unique_ptr<Tensor> tdo, tdq, tdk, tdv;
+                      be.fill_random(tq.data(), S * Hq * D, dtype, seed(1), 1.0f);
+                      be.fill_random(tk.data(), S * Hkv * D, dtype, seed(2), 1.0f);
+                      be.fill_random(tv.data(), S * Hkv * D, dtype, seed(3), 1.0f);
+                      be.copy_from_host(to.data(), go.data(), qb);
+                      be.copy_from_host(tlse.data(), glse.data(), glse.size() * 4);
+                      if (bwd) {
+                        tdo = std::make_unique<Tensor>(be, qb, "the check's dO");
+                        tdq = std::make_unique<Tensor>(be, qb, "the check's dQ");
+                        tdk = std::make_unique<Tensor>(be, kb, "the check's dK");
+                        tdv = std::make_unique<Tensor>(be, kb, "the check's dV");
+                        be.fill_random(tdo->data(), S * Hq * D, dtype, seed(4), 1.0f);
+                        be.copy_from_host(tdq->data(), gdq.data(), qb);
+                        be.copy_from_host(tdk->data(), gdk.data(), kb);
+                        be.copy_from_host(tdv->data(), gdv.data(), kb);
+                      }
+                      be.synchronize();
+                      CellBuffers buf{tq.data(), tk.data(), tv.data(), to.data(), static_cast<float*>(tlse.data()),
+                                      bwd ? tdo->data() : nullptr, bwd ? tdq->data() : nullptr,
+                                      bwd ? tdk->data() : nullptr, bwd ? tdv->data() : nullptr};
                       CheckOptions copt;
                       copt.backward = bwd;
                       r.check = check_cell(be, *reference, problem, gm->mask(), buf, copt);
                       if (!r.check.passed) {
                         r.status = "FAIL";
-                        r.reason = "outside tolerance " + std::to_string(r.check.tolerance);
+                        std::string worst;
+                        for (const auto& [name, s] : r.check.errors)
+                          worst += name + " rel_l2=" + std::to_string(s.rel_l2) +
+                                   (s.non_finite ? " non_finite=" + std::to_string(s.non_finite) : "") + " ";
+                        r.reason = "outside tolerance " + std::to_string(r.check.tolerance) + ": " + worst;
                       }
                     }
                   }
@@ -280,8 +447,10 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                 }
                 if (!error.empty()) {
                   const auto bar = error.find('|');
-                  r.status = bar == std::string::npos ? "ERROR" : error.substr(0, bar);
-                  r.reason = bar == std::string::npos ? error : error.substr(bar + 1);
+                  const bool tagged = bar != std::string::npos && bar <= 5;
+                  r.status = tagged ? error.substr(0, bar) : "ERROR";
+                  r.reason = tagged ? error.substr(bar + 1) : error;
+                  r.cp_ranks = nullptr;
                 }
                 r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                 if (root) {
@@ -289,12 +458,16 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                   ++summary.counts[r.status];
                   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
                   table.row(index, total, r, elapsed, elapsed / index * (total - index));
+                  if (!r.cp_ranks.is_null()) print_ranks(out, r.cp_ranks);
                 }
               }
   if (root) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     table.summary(summary.counts, elapsed);
-    if (writer) writer->write_summary({{"counts", summary.counts}, {"elapsed_s", elapsed}});
+    if (writer) {
+      writer->write_summary({{"counts", summary.counts}, {"elapsed_s", elapsed}});
+      out << "# results: " << writer->path().string() << " (and .csv)\n";
+    }
   }
   summary.cells = total;
   return summary;

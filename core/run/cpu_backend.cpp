@@ -30,9 +30,9 @@ class CpuBackend final : public Backend {
   void reset_peak() override { peak_ = current_; }
   void* stream() override { return nullptr; }
 
-  void fill_random(void* ptr, int64_t count, int32_t dtype, uint64_t seed, float scale) override {
+  void fill_random(void* ptr, int64_t count, int32_t dtype, uint64_t seed, float scale, uint64_t first) override {
     for (int64_t i = 0; i < count; ++i)
-      lca::store_from_double(ptr, dtype, i, scale * random_uniform(seed, static_cast<uint64_t>(i)));
+      lca::store_from_double(ptr, dtype, i, scale * random_uniform(seed, first + static_cast<uint64_t>(i)));
   }
   void poison(void* ptr, size_t bytes) override { std::memset(ptr, 0xFF, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }

@@ -23,8 +23,8 @@ class CudaBackend final : public Backend {
   void reset_peak() override { allocator_.reset_peak(); }
   void* stream() override { return stream_.handle(); }
 
-  void fill_random(void* ptr, int64_t count, int32_t dtype, uint64_t seed, float scale) override {
-    gpu::fill_random(ptr, count, dtype, seed, scale, stream_.handle());
+  void fill_random(void* ptr, int64_t count, int32_t dtype, uint64_t seed, float scale, uint64_t first) override {
+    gpu::fill_random(ptr, count, dtype, seed, scale, stream_.handle(), first);
   }
   void poison(void* ptr, size_t bytes) override {
     LCA_CUDA_CHECK(cudaMemsetAsync(ptr, 0xFF, bytes, static_cast<cudaStream_t>(stream_.handle())));

@@ -94,6 +94,7 @@ nlohmann::json CellResult::to_json() const {
     j["total_peak_bytes"] = total_peak_bytes;
   }
   if (check.ran) j["check"] = check.to_json();
+  if (!cp_ranks.is_null()) j["cp_ranks"] = cp_ranks;
   j["seconds"] = seconds;
   return j;
 }
@@ -127,6 +128,7 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
         r.check.errors[name] = ErrorStats{e.value("rel_l2", 0.0), e.value("max_abs", 0.0),
                                           e.value("non_finite", int64_t{0}), 0};
   }
+  if (j.contains("cp_ranks")) r.cp_ranks = j["cp_ranks"];
   r.seconds = j.value("seconds", 0.0);
   return r;
 }

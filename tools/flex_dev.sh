@@ -2,8 +2,9 @@
 # On the GPU machine, for kernel work: build only what flex_flash needs (Hopper, Release), run its
 # GPU tests, then a matrix of flex_flash beside cudnn_sdpa. Usage:
 #   tools/flex_dev.sh [MATRIX] [extra lcahost args...]     (SKIP_TESTS=1 to time only)
-# The matrix runs the forward that LCA_FLEX_FORWARD names (mma, sm90, sm90_overlap; see
-# plugins/kernels/flex_flash/forward_sm90.cuh); the tests run all three.
+# The matrix runs the kernels that LCA_FLEX_FORWARD (mma, sm90, sm90_overlap) and
+# LCA_FLEX_BACKWARD (mma, sm90) name (see plugins/kernels/flex_flash/*_sm90.cuh); the tests run
+# every variant.
 # Logs and results land in $OUT (or ./results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,12 +24,12 @@ if command -v cuobjdump > /dev/null; then
   python3 tools/dev/check_wgmma_regs.py "$out/flex_flash.sass" | sed 's/^_ZN14lca_flex_flash3dev//' | cut -c1-120
 fi
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  # The GPU tests through every forward variant (LCA_FLEX_FORWARD), one log each.
-  for variant in mma sm90 sm90_overlap; do
-    LCA_FLEX_FORWARD=$variant build-gpu/tests/gpu/flex_flash/test_flex_flash \
-      ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$out/test_flex_flash_$variant.log" 2>&1
-    echo "tests, forward $variant: $(grep -E "PASSED|FAILED TESTS" "$out/test_flex_flash_$variant.log" | tr '\n' ' ')"
-    grep -E "FAILED  \]" "$out/test_flex_flash_$variant.log" | cut -c1-110 | head -20
+  # The GPU tests through every kernel variant (LCA_FLEX_FORWARD, LCA_FLEX_BACKWARD), one log each.
+  for variant in LCA_FLEX_FORWARD=mma LCA_FLEX_FORWARD=sm90 LCA_FLEX_FORWARD=sm90_overlap LCA_FLEX_BACKWARD=sm90; do
+    log="$out/test_flex_flash_${variant//=/_}.log"
+    env "$variant" build-gpu/tests/gpu/flex_flash/test_flex_flash ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$log" 2>&1
+    echo "tests, $variant: $(grep -E "PASSED|FAILED TESTS" "$log" | tr '\n' ' ')"
+    grep -E "FAILED  \]" "$log" | cut -c1-110 | head -20
   done
 fi
 [ "$matrix" = none ] && exit 0

@@ -34,6 +34,14 @@ def check(name, lines):
         h = re.match(PRED + r"HGMMA\.\S+\s+R\d+,\s*R(\d+),\s*gdesc", ins)
         if h and ".tnspB" not in ins:
             s_hgmma[i] = list(range(int(h.group(1)), int(h.group(1)) + 4))
+    errors = []
+    if s_hgmma:
+        errors += check_q_reload(lines, s_hgmma, name)
+    errors += check_in_flight(lines)
+    return errors
+
+
+def check_q_reload(lines, s_hgmma, name):
     back = [(i, int(t, 16)) for i, (a, ins) in enumerate(lines)
             for t in re.findall(r"BRA\s+0x([0-9a-f]+)", ins) if int(t, 16) < a]
     loops = [(i, next(j for j, (a, _) in enumerate(lines) if a == t)) for i, t in back]
@@ -53,6 +61,11 @@ def check(name, lines):
         op, regs = dests(lines[idx][1])
         for r in regs:
             writer[r] = f"{op} at {lines[idx][0]:04x}"
+    return errors
+
+
+def check_in_flight(lines):
+    errors = []
     # Any HGMMA: its register A operand is read until a wait retires its group (the group ends at
     # the HGMMA marked gsb0; WARPGROUP.DEPBAR.LE gsb0, N retires all but the N newest groups);
     # nothing may write those registers before that.
@@ -80,7 +93,7 @@ def check(name, lines):
 
 text = open(sys.argv[1]).read()
 bad = False
-for m in re.finditer(r"Function : (\S*forward_sm90\S*)(.*?)(?=Function : |\Z)", text, re.S):
+for m in re.finditer(r"Function : (\S*_sm90_kernel\S*)(.*?)(?=Function : |\Z)", text, re.S):
     errs = check(m.group(1), parse(m.group(2)))
     print(f"{m.group(1)[:100]}: {'ok' if not errs else 'Q REGISTERS CLOBBERED'}")
     for e in sorted(set(errs))[:6]:

@@ -3,10 +3,13 @@
 // registers over every query head of the group and every query tile of its key tile's runs
 // (Q, dO, LSE and delta double-buffered); dQ goes through shared memory (dS) and fp32 atomics.
 // A pre-pass computes delta = rowsum(dO * O), a post-pass scales dQ into the output dtype.
-// Used by launch_*.cu through run_backward<T, D>.
+// Used by launch_*.cu through run_backward<T, D>, which takes the wgmma kernel of
+// backward_sm90.cuh instead where LCA_FLEX_BACKWARD=sm90 asks for it on Hopper.
 // Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
 #pragma once
 
+#include "backward_common.cuh"
+#include "backward_sm90.cuh"
 #include "cuda_check.hpp"
 #include "device.cuh"
 #include "kernels.hpp"
@@ -14,8 +17,6 @@
 #include <cmath>
 
 namespace lca_flex_flash::dev {
-
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <class T, int D, int kBwdKeys>
 struct BwdSmem {
@@ -26,32 +27,6 @@ struct BwdSmem {
   static constexpr int kRowOffset = kDsOffset + kTile * kBwdKeys * int(sizeof(T));  // dS: 64 x kBwdKeys
   static constexpr int kBytes = kRowOffset + 4 * kTile * int(sizeof(float));  // LSE x2, delta x2
 };
-
-// The query tiles of every head of the group, in order.
-struct GroupCursor {
-  const DeviceSchedule* sched;
-  int32_t key_tile, head, group;
-  TileCursor tiles;
-  __device__ __forceinline__ GroupCursor(const DeviceSchedule* s, int32_t kt, int32_t grp)
-      : sched(s), key_tile(kt), head(0), group(grp), tiles(s->runs, s->run_offsets, kt) {
-    if (!tiles.valid()) head = group;  // no query tile reaches this key tile
-  }
-  __device__ __forceinline__ bool valid() const { return head < group; }
-  __device__ __forceinline__ void next() {
-    tiles.next();
-    if (!tiles.valid() && ++head < group) tiles = TileCursor(sched->runs, sched->run_offsets, key_tile);
-  }
-};
-
-// dst[0] += a, dst[1] += b atomically (one vector atomic on sm_90, two scalar ones before).
-__device__ __forceinline__ void add_pair(float* dst, float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
-#else
-  atomicAdd(dst, a);
-  atomicAdd(dst + 1, b);
-#endif
-}
 
 template <class T, int D>
 __device__ __forceinline__ void load_query_side(const BwdParams& p, const SmemTile<T, D>& sq,
@@ -279,6 +254,12 @@ void run_backward(const BwdParams& p, cudaStream_t stream) {
   delta_kernel<T, D><<<static_cast<unsigned>(delta_blocks), 256, 0, stream>>>(p);
   LCA_FLEX_CHECK_LAUNCH("flex_flash delta_kernel");
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
+  if (p.sched.tile_rows == Sm90BwdLayout<T, D>::kKeys && sm90_backward_available()) {
+    launch_backward_sm90<T, D>(p, stream);
+    dq_kernel<T, D><<<static_cast<unsigned>((elems + 255) / 256), 256, 0, stream>>>(p);
+    LCA_FLEX_CHECK_LAUNCH("flex_flash dq_kernel");
+    return;
+  }
   // The block's keys follow the backward schedule's tile rows (128, or 64 where that computes
   // clearly fewer cells).
   if (p.sched.tile_rows == 64) {

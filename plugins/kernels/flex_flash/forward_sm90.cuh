@@ -16,9 +16,7 @@
 #include "device.cuh"
 #include "device_sm90.cuh"
 #include "kernels.hpp"
-
-#include <cuda.h>
-#include <cudaTypedefs.h>
+#include "tma_maps.hpp"
 
 #include <cmath>
 #include <cstdlib>
@@ -290,43 +288,6 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 #endif
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
-inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    LCA_FLEX_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || f == nullptr)
-      throw lca::Error(LCA_ERR_DEVICE, "flex_flash: the CUDA driver has no cuTensorMapEncodeTiled (needs a CUDA 12+ driver)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A 3-D map over a THD tensor at (head dim, heads, tokens): boxes of 64 elements x 1 head x rows
-// tokens, 128-byte swizzled; tokens past the end read as zeros.
-template <class T>
-CUtensorMap make_thd_map(const void* data, int head_dim, int64_t heads, int64_t tokens, int64_t head_stride,
-                         int64_t tok_stride, uint32_t rows, const char* what) {
-  CUtensorMap map{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(tokens)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_stride) * sizeof(T),
-                                 static_cast<cuuint64_t>(tok_stride) * sizeof(T)};
-  const cuuint32_t box[3] = {64, 1, rows};
-  const cuuint32_t elem[3] = {1, 1, 1};
-  const CUtensorMapDataType type =
-      std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r = tensor_map_encoder()(&map, type, 3, const_cast<void*>(data), dims, strides, box, elem,
-                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw lca::Error(LCA_ERR_DEVICE, std::string("flex_flash: cuTensorMapEncodeTiled failed for ") + what +
-                                       " (CUresult " + std::to_string(static_cast<int>(r)) +
-                                       "): strides must be multiples of 16 bytes and the data 16-byte aligned");
-  return map;
-}
-
 // Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: "mma" (the default for now: the
 // mma.sync kernel), "sm90" (the wgmma kernel, one tile at a time) or "sm90_overlap" (the wgmma
 // kernel with S of tile j issued beside P V of tile j - 1). The wgmma kernels are opt-in until
@@ -334,14 +295,8 @@ CUtensorMap make_thd_map(const void* data, int head_dim, int64_t heads, int64_t 
 enum class ForwardChoice { mma, sm90, sm90_overlap };
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
-    const char* v = std::getenv("LCA_FLEX_FORWARD");
-    const std::string s = v ? v : "";
-    if (s == "sm90") return ForwardChoice::sm90;
-    if (s == "sm90_overlap") return ForwardChoice::sm90_overlap;
-    if (!s.empty() && s != "mma")
-      throw lca::Error(LCA_ERR_INVALID_ARGUMENT,
-                       "flex_flash: LCA_FLEX_FORWARD='" + s + "' is not one of mma, sm90, sm90_overlap");
-    return ForwardChoice::mma;
+    const std::string s = variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap");
+    return s == "sm90" ? ForwardChoice::sm90 : s == "sm90_overlap" ? ForwardChoice::sm90_overlap : ForwardChoice::mma;
   }();
   return choice;
 }
@@ -368,20 +323,7 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   else launch_forward_sm90_variant<T, D, false>(p, maps, stream);
 }
 
-// The wgmma kernel runs where it was asked for (forward_choice), its sm_90a code was built
-// (LCA_FLEX_SM90A, set by CMake when the architectures include 90a) and the current GPU is
-// compute capability 9.0.
-inline bool sm90_available() {
-#if defined(LCA_FLEX_SM90A)
-  if (forward_choice() == ForwardChoice::mma) return false;
-  int device = 0, major = 0, minor = 0;
-  LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
-  LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
-#else
-  return false;
-#endif
-}
+// The wgmma kernel runs where it was asked for (forward_choice) and can run (sm90_device).
+inline bool sm90_available() { return forward_choice() != ForwardChoice::mma && sm90_device(); }
 
 }  // namespace lca_flex_flash::dev

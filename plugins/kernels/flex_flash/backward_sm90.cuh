@@ -1,0 +1,296 @@
+// The flex_flash backward kernel for Hopper (sm_90a): one block of three warpgroups per (key tile
+// of 128 keys, kv head), on the same backward schedule as the mma.sync kernel (backward.cuh).
+// Warpgroup 0 produces: one thread loads K and V once and then the Q and dO tiles (64 query rows)
+// of every (query head of the group, query tile) by TMA into a two-stage ring; warp 1 copies the
+// matching LSE (log2 domain) and delta rows into shared memory. Warpgroups 1 and 2 consume, 64
+// keys each, with dK and dV in registers over the whole group:
+//   S^T = K Q^T, dP^T = V dO^T            wgmma, both operands in shared memory
+//   P^T = exp2(S^T scale - LSE), dS^T = P^T (dP^T - delta), masked on partial tiles
+//   dV += P^T dO, dK += dS^T Q            wgmma, P^T / dS^T from registers
+//   dQ = dS K                             dS^T through shared memory (both warpgroups' keys),
+//                                         each warpgroup one half of the head dim (d128), fp32
+//                                         atomics into the accumulator of run_backward
+// Used by run_backward<T, D> (backward.cuh) when LCA_FLEX_BACKWARD=sm90, the GPU is sm_90 and
+// the schedule has 128-key tiles.
+// Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
+#pragma once
+
+#include "backward_common.cuh"
+#include "cuda_check.hpp"
+#include "device.cuh"
+#include "device_sm90.cuh"
+#include "kernels.hpp"
+#include "tma_maps.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace lca_flex_flash::dev {
+
+struct Sm90BwdMaps {
+  CUtensorMap k, v, q, d_o;
+};
+
+template <class T, int D>
+struct Sm90BwdLayout {
+  static constexpr int kKeys = 128;                  // keys a block (two consumers of 64)
+  static constexpr int kHalves = D / 64;
+  static constexpr int kKVBytes = kKeys * D * 2;     // K or V: [half][128 keys][128 B]
+  static constexpr int kQBytes = kTile * D * 2;      // one Q or dO tile: [half][64 rows][128 B]
+  static constexpr int kDsBytes = kKeys * kTile * 2; // dS^T: [128 keys][64 queries], swizzled
+  static constexpr int kStages = 2;
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kKVBytes;
+  static constexpr int kQOffset = 2 * kKVBytes;                          // Q[stage]
+  static constexpr int kDoOffset = kQOffset + kStages * kQBytes;        // dO[stage]
+  static constexpr int kDsOffset = kDoOffset + kStages * kQBytes;       // dS[stage]
+  static constexpr int kRowOffset = kDsOffset + kStages * kDsBytes;     // LSE2[stage], delta[stage]
+  static constexpr int kBarOffset = kRowOffset + 2 * kStages * kTile * 4;
+  static constexpr int kBars = 1 + 2 * kStages;                         // kv, full[S], empty[S]
+  static constexpr int kBytes = kBarOffset + 8 * kBars + 1024;
+  static constexpr int kThreads = 384;
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(384, 1)
+    backward_sm90_kernel(const BwdParams p, const __grid_constant__ Sm90BwdMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Sm90BwdLayout<T, D>;
+  using M = Mma<T>;
+  extern __shared__ __align__(1024) char smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  char* const gbase = smem_raw + (base - smem_addr(smem_raw));  // the same bytes, generic address
+  const uint32_t sk = base + L::kKOffset, sv = base + L::kVOffset;
+  auto sq = [&](int b) { return base + L::kQOffset + b * L::kQBytes; };
+  auto sdo = [&](int b) { return base + L::kDoOffset + b * L::kQBytes; };
+  auto sds = [&](int b) { return base + L::kDsOffset + b * L::kDsBytes; };
+  auto lse2 = [&](int b) { return reinterpret_cast<float*>(gbase + L::kRowOffset) + b * kTile; };
+  auto delta = [&](int b) { return reinterpret_cast<float*>(gbase + L::kRowOffset) + (L::kStages + b) * kTile; };
+  const uint32_t bar_kv = base + L::kBarOffset;
+  auto full = [&](int b) { return bar_kv + 8u * (1 + b); };
+  auto empty = [&](int b) { return bar_kv + 8u * (1 + L::kStages + b); };
+
+  const int32_t k_tile = p.sched.order[blockIdx.x];
+  const int hk = blockIdx.y;
+  const int wg = threadIdx.x >> 7, warp_all = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    sm90::mbar_init(bar_kv, 1);
+    for (int b = 0; b < L::kStages; ++b) {
+      sm90::mbar_init(full(b), 1 + 32);  // the TMA thread (with its bytes) and warp 1's lanes
+      sm90::mbar_init(empty(b), 2 * 128);
+    }
+    sm90::mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    sm90::regs_dec<24>();
+    if (warp_all == 0 && lane == 0) {
+      sm90::mbar_arrive_expect_tx(bar_kv, 2 * L::kKVBytes);
+#pragma unroll
+      for (int half = 0; half < L::kHalves; ++half) {
+        sm90::tma_load_3d(sk + half * (L::kKeys * 128), &maps.k, 64 * half, hk, k_tile * L::kKeys, bar_kv);
+        sm90::tma_load_3d(sv + half * (L::kKeys * 128), &maps.v, 64 * half, hk, k_tile * L::kKeys, bar_kv);
+      }
+      GroupCursor cur(&p.sched, k_tile, p.group);
+      for (int it = 0; cur.valid(); ++it, cur.next()) {
+        const int b = it % L::kStages;
+        if (it >= L::kStages) sm90::mbar_wait(empty(b), ((it / L::kStages) - 1) & 1);
+        const int hq = hk * p.group + cur.head;
+        const int32_t row0 = cur.tiles.tile * kTile;
+        sm90::mbar_arrive_expect_tx(full(b), 2 * L::kQBytes);
+#pragma unroll
+        for (int half = 0; half < L::kHalves; ++half) {
+          sm90::tma_load_3d(sq(b) + half * (kTile * 128), &maps.q, 64 * half, hq, row0, full(b));
+          sm90::tma_load_3d(sdo(b) + half * (kTile * 128), &maps.d_o, 64 * half, hq, row0, full(b));
+        }
+      }
+    } else if (warp_all == 1) {
+      // LSE (times log2 e) and delta of the tile's 64 query rows; rows past the end see nothing.
+      GroupCursor cur(&p.sched, k_tile, p.group);
+      for (int it = 0; cur.valid(); ++it, cur.next()) {
+        const int b = it % L::kStages;
+        if (it >= L::kStages) sm90::mbar_wait(empty(b), ((it / L::kStages) - 1) & 1);
+        const int hq = hk * p.group + cur.head;
+        const int64_t row0 = int64_t{cur.tiles.tile} * kTile;
+#pragma unroll
+        for (int i = lane; i < kTile; i += 32) {
+          const int64_t row = row0 + i;
+          const bool valid = row < p.seqlen_q;
+          lse2(b)[i] = valid ? p.lse[hq * p.lse_head + row * p.lse_tok] * kLog2e : INFINITY;
+          delta(b)[i] = valid ? p.delta[hq * p.seqlen_q + row] : 0.f;
+        }
+        sm90::mbar_arrive(full(b));
+      }
+    }
+    return;
+  }
+
+  sm90::regs_inc<240>();
+  const int c = wg - 1;  // keys 64 c .. 64 c + 63 of the tile
+  const int warp = warp_all & 3, g = lane >> 2, t4 = lane & 3;
+  const int key0 = 64 * c + 16 * warp;  // this warp's first key in the tile (rows g, g + 8)
+
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  sm90::mbar_wait(bar_kv, 0);
+  GroupCursor cur(&p.sched, k_tile, p.group);
+  for (int it = 0; cur.valid(); ++it, cur.next()) {
+    const int b = it % L::kStages;
+    const int32_t mask = cur.tiles.mask();
+    const int hq = hk * p.group + cur.head;
+    const int64_t q0 = int64_t{cur.tiles.tile} * kTile;
+    sm90::mbar_wait(full(b), (it / L::kStages) & 1);
+
+    // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries, K-major operands in shared memory.
+    float st[32], dpt[32];
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t kv_off = (ks >> 2) * (L::kKeys * 128) + 64 * c * 128 + (ks & 3) * 32;
+      const uint32_t q_off = (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
+      sm90::WgmmaSS<T, 64>::template run<0, 0>(st, sm90::smem_desc(sk + kv_off, 16, 1024),
+                                               sm90::smem_desc(sq(b) + q_off, 16, 1024), ks > 0);
+    }
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t kv_off = (ks >> 2) * (L::kKeys * 128) + 64 * c * 128 + (ks & 3) * 32;
+      const uint32_t q_off = (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
+      sm90::WgmmaSS<T, 64>::template run<0, 0>(dpt, sm90::smem_desc(sv + kv_off, 16, 1024),
+                                               sm90::smem_desc(sdo(b) + q_off, 16, 1024), ks > 0);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(st);
+    sm90::fence_regs(dpt);
+
+    // P^T and dS^T (key rows g: e = 0, 1; g + 8: e = 2, 3; query column 8 n + 2 t4 + (e & 1)).
+    uint64_t w[2] = {~uint64_t{0}, ~uint64_t{0}};
+    if (mask >= 0) {
+      const uint64_t* bits = p.sched.bits + int64_t{mask} * L::kKeys + key0 + g;
+      w[0] = bits[0];
+      w[1] = bits[8];
+    }
+    const float* l2 = lse2(b);
+    const float* dl = delta(b);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = n * 8 + 2 * t4 + (e & 1);
+        const bool visible = (w[e >> 1] >> col) & 1u;
+        const float prob = visible ? exp2f(st[4 * n + e] * p.scale_log2 - l2[col]) : 0.f;
+        st[4 * n + e] = prob;
+        dpt[4 * n + e] = prob * (dpt[4 * n + e] - dl[col]);
+      }
+    uint32_t pa[4][4], da[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        pa[kk][j] = M::pack(st[8 * kk + 2 * j], st[8 * kk + 2 * j + 1]);
+        da[kk][j] = M::pack(dpt[8 * kk + 2 * j], dpt[8 * kk + 2 * j + 1]);
+      }
+    }
+    // dS^T to shared memory as [key][query], 128-byte swizzled: the M-major A operand of dQ.
+    {
+      char* ds = gbase + L::kDsOffset + b * L::kDsBytes;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          // da[kk][j] holds query columns 16 kk + 8 (j >> 1) + 2 t4 (+1) of key row g + 8 (j & 1).
+          const int key = key0 + g + 8 * (j & 1), query = 16 * kk + 8 * (j >> 1) + 2 * t4;
+          *reinterpret_cast<uint32_t*>(ds + key * 128 + (((query >> 3) ^ (key & 7)) << 4) + (query & 7) * 2) =
+              da[kk][j];
+        }
+    }
+    // dV += P^T dO and dK += dS^T Q: B N-major (head dim contiguous), halves kTile rows apart.
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::smem_desc(sdo(b) + kk * 16 * 128, kTile * 128, 1024), 1);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::smem_desc(sq(b) + kk * 16 * 128, kTile * 128, 1024), 1);
+    sm90::wgmma_commit();
+
+    // dQ = dS K over the block's 128 keys, once both warpgroups' dS^T are in shared memory.
+    sm90::fence_proxy_async();
+    sm90::named_sync(1, 256);
+    constexpr bool kSplitD = D == 128;  // d128: each warpgroup half the head dim; d64: warpgroup 0
+    if (kSplitD || c == 0) {
+      float dq[32];
+      const uint32_t k_half = sk + (kSplitD ? c : 0) * (L::kKeys * 128);
+#pragma unroll
+      for (int ks = 0; ks < L::kKeys / 16; ++ks)
+        sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::smem_desc(sds(b) + ks * 16 * 128, 8192, 1024),
+                                                 sm90::smem_desc(k_half + ks * 16 * 128, L::kKeys * 128, 1024),
+                                                 ks > 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(dq);
+      // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1).
+      const int64_t row_a = q0 + 16 * warp + g, row_b = row_a + 8;
+      const int col0 = (kSplitD ? 64 * c : 0) + 2 * t4;
+      float* acc_a = p.dq_accum + (row_a * p.heads_q + hq) * D + col0;
+      float* acc_b = p.dq_accum + (row_b * p.heads_q + hq) * D + col0;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        if (row_a < p.seqlen_q) add_pair(acc_a + n * 8, dq[4 * n], dq[4 * n + 1]);
+        if (row_b < p.seqlen_q) add_pair(acc_b + n * 8, dq[4 * n + 2], dq[4 * n + 3]);
+      }
+    } else {
+      sm90::wgmma_wait<0>();
+    }
+    sm90::fence_regs(dk);
+    sm90::fence_regs(dv);
+    sm90::mbar_arrive(empty(b));
+  }
+
+  // dK (scaled) and dV of this warp's keys.
+  T* dk_base = static_cast<T*>(p.dk) + hk * p.dk_head;
+  T* dv_base = static_cast<T*>(p.dv) + hk * p.dv_head;
+  const int64_t k0 = int64_t{k_tile} * L::kKeys;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t key = k0 + key0 + g + 8 * r;
+    if (key >= p.seqlen_k) continue;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int col = n * 8 + 2 * t4;
+      *reinterpret_cast<uint32_t*>(dk_base + key * p.dk_tok + col) =
+          M::pack(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_base + key * p.dv_tok + col) = M::pack(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+    }
+  }
+#else
+  __trap();  // launched only where the device code was built for sm_90a (see sm90_device)
+#endif
+}
+
+// Which backward runs on an sm_90 GPU, from LCA_FLEX_BACKWARD: "mma" (the default for now) or
+// "sm90" (this kernel; opt-in until it passes the GPU tests on a device).
+inline bool sm90_backward_available() {
+  static const bool asked = variant_env("LCA_FLEX_BACKWARD", "mma sm90") == "sm90";
+  return asked && sm90_device();
+}
+
+template <class T, int D>
+void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
+  using L = Sm90BwdLayout<T, D>;
+  Sm90BwdMaps maps;
+  maps.k = make_thd_map<T>(p.k, D, p.heads_kv, p.seqlen_k, p.k_head, p.k_tok, L::kKeys, "k");
+  maps.v = make_thd_map<T>(p.v, D, p.heads_kv, p.seqlen_k, p.v_head, p.v_tok, L::kKeys, "v");
+  maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, kTile, "q");
+  maps.d_o = make_thd_map<T>(p.d_o, D, p.heads_q, p.seqlen_q, p.do_head, p.do_tok, kTile, "d_o");
+  LCA_FLEX_CUDA_CHECK(
+      cudaFuncSetAttribute(backward_sm90_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
+  backward_sm90_kernel<T, D><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash backward_sm90_kernel");
+}
+
+}  // namespace lca_flex_flash::dev

@@ -1,6 +1,6 @@
 // The flex_flash forward kernel for Hopper (sm_90a): one block of three warpgroups per (query
 // tile of 128 rows, query head). Warpgroup 0 is the producer: one thread loads Q once and then the
-// K and V tiles of the row tile's runs by TMA into a two-stage ring, each stage guarded by
+// K and V tiles of the row tile's runs by TMA into a ring of stages, each stage guarded by
 // mbarriers (full: TMA landed; empty: both consumers done with it). Warpgroups 1 and 2 are the
 // consumers, 64 query rows each, Q held in registers: S = Q K^T and O += P V are warpgroup MMAs
 // (wgmma, A from registers), the online softmax and the partial-tile masking run between them;
@@ -30,13 +30,15 @@ struct Sm90Maps {
   CUtensorMap q, k, v;
 };
 
-template <class T, int D>
+// Stages: K/V tiles in flight. The overlapped kernel releases tile j - 1's stage only in the
+// middle of step j, so it needs 3 for the load of tile j + 1 to have a step to land.
+template <class T, int D, int Stages = 2>
 struct Sm90Layout {
   static constexpr int kRows = 128;                     // query rows a block (two consumers of 64)
   static constexpr int kHalves = D / 64;                // 128-byte column halves of a row
   static constexpr int kQBytes = kRows * D * 2;         // Q: [half][128 rows][128 B]
   static constexpr int kKVBytes = kTile * D * 2;        // one K or V tile: [half][64 rows][128 B]
-  static constexpr int kStages = 2;
+  static constexpr int kStages = Stages;
   static constexpr int kKOffset = kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
@@ -48,7 +50,7 @@ struct Sm90Layout {
 template <class T, int D, bool kOverlap>
 __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Sm90Layout<T, D>;
+  using L = Sm90Layout<T, D, kOverlap ? 3 : 2>;
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -303,7 +305,7 @@ inline ForwardChoice forward_choice() {
 
 template <class T, int D, bool kOverlap>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
-  using L = Sm90Layout<T, D>;
+  using L = Sm90Layout<T, D, kOverlap ? 3 : 2>;
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_sm90_kernel<T, D, kOverlap>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));

@@ -210,8 +210,12 @@ void lse_merge(float* o, float* lse, const void* part, int32_t dtype, const floa
 }
 
 void* stream_create() {
+  // The highest priority: a transfer's kernels are scheduled as soon as SMs free up, instead of
+  // queueing behind the whole attention grid on the exec stream.
+  int least = 0, greatest = 0;
+  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   cudaStream_t s = nullptr;
-  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");
   return s;
 }
 

@@ -28,7 +28,7 @@ void zero(void* data, size_t bytes, void* stream);
 void lse_merge(float* o, float* lse, const void* part, int32_t dtype, const float* part_lse, int64_t rows,
                int64_t heads, int64_t dim, void* stream);
 
-void* stream_create();           // non-blocking, on the current device
+void* stream_create();           // non-blocking, highest priority, on the current device
 void stream_destroy(void* stream);  // after synchronizing it
 void* event_create();            // timing disabled
 void event_destroy(void* event);

@@ -38,6 +38,7 @@ struct Dev {
   explicit Dev(const std::vector<unsigned char>& host) : bytes(host.size()) {
     EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the tested stream does not wait for the legacy one
   }
   ~Dev() { (void)cudaFree(p); }
   std::vector<unsigned char> host() const {

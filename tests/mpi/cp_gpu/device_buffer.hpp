@@ -20,9 +20,12 @@ class DeviceBuffer {
   explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
     if (bytes) cuda_ok(cudaMalloc(&data_, bytes), "cudaMalloc");
   }
+  // Complete on return: a pageable upload may still be in flight when cudaMemcpy returns, and
+  // the work that reads it runs on other (non-blocking) streams.
   template <class T>
   explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size() * sizeof(T)) {
     if (bytes_) cuda_ok(cudaMemcpy(data_, host.data(), bytes_, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
   ~DeviceBuffer() {
     if (data_) (void)cudaFree(data_);

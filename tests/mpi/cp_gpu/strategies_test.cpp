@@ -157,7 +157,7 @@ void run_strategy(const std::string& strategy, const std::string& options, const
       v(to_dtype(shard(in.v, p.heads_kv), dt)), d_o(to_dtype(shard(in.d_o, p.heads_q), dt));
   DeviceBuffer o(nq * es), lse(size_t(p.heads_q * n) * 4), dq(nq * es), dk(nk * es), dv(nk * es);
   for (const DeviceBuffer* b : {&o, &lse, &dq, &dk, &dv})  // poison: an unwritten element is NaN
-    cuda_ok(cudaMemset(b->data(), 0xFF, b->bytes()), "cudaMemset");
+    cuda_ok(cudaMemsetAsync(b->data(), 0xFF, b->bytes(), static_cast<cudaStream_t>(stream.handle())), "cudaMemsetAsync");
   const lca_fwd_args fa{sizeof(lca_fwd_args), thd(q.data(), dt, n, p.heads_q, D), thd(k.data(), dt, n, p.heads_kv, D),
                         thd(v.data(), dt, n, p.heads_kv, D), thd(o.data(), dt, n, p.heads_q, D),
                         lca_tensor{sizeof(lca_tensor), LCA_DTYPE_F32, lse.data(), {p.heads_q, n, 1}, {n, 1, 1}}};

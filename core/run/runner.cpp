@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <stdexcept>
 
 namespace lca::core {
@@ -59,6 +60,21 @@ lca_tensor thd(void* data, int32_t dtype, int64_t tokens, int64_t heads, int64_t
 
 uint64_t mix(uint64_t seed, uint64_t salt) { return seed * 1000003ull + salt * 7919ull + 17ull; }
 
+// ABI 1.1: the kernel's facts about a plan; null for plugins built before it, or none.
+nlohmann::json read_plan_info(const KernelInstance& k, lca_plan* plan) {
+  const lca_kernel_vtable& vt = k.vtable();
+  if (vt.struct_size < offsetof(lca_kernel_vtable, plan_info) + sizeof(vt.plan_info) || vt.plan_info == nullptr)
+    return nullptr;
+  const char* text = vt.plan_info(k.get(), plan);
+  if (text == nullptr || *text == 0) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    spdlog::warn("plan_info of a plan is not a JSON object; recorded as text");
+    return nlohmann::json{{"text", text}};
+  }
+  return j;
+}
+
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -94,6 +110,7 @@ nlohmann::json CellResult::to_json() const {
     j["total_peak_bytes"] = total_peak_bytes;
   }
   if (check.ran) j["check"] = check.to_json();
+  if (!plan_info.is_null()) j["plan_info"] = plan_info;
   if (!cp_ranks.is_null()) j["cp_ranks"] = cp_ranks;
   j["seconds"] = seconds;
   return j;
@@ -129,6 +146,7 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
                                           e.value("non_finite", int64_t{0}), 0};
   }
   if (j.contains("cp_ranks")) r.cp_ranks = j["cp_ranks"];
+  if (j.contains("plan_info")) r.plan_info = j["plan_info"];
   r.seconds = j.value("seconds", 0.0);
   return r;
 }
@@ -266,6 +284,7 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
     r.times_ms.push_back(be.time_ms(call));
   }
   be.synchronize();
+  r.plan_info = read_plan_info(*k, plan);
   r.total_peak_bytes = be.peak_bytes() - before;
   r.attn_peak_bytes = r.total_peak_bytes > io_bytes ? r.total_peak_bytes - io_bytes : 0;
   r.median_ms = median_of(r.times_ms);

@@ -34,6 +34,9 @@ struct CellResult {
   size_t total_peak_bytes = 0;  // everything the cell held at its peak
   CheckResult check;
   double seconds = 0;   // wall time of the whole cell, check included
+  // The kernel's own facts about its plan and calls (ABI 1.1 plan_info, e.g. a JIT's compile
+  // time spent in plan()); null when the kernel reports none.
+  nlohmann::json plan_info;
   // CP cells: per-rank figures as {min, max} over ranks (time_ms, comm_ms, compute_ms, peak
   // bytes, tflops); null for single-device cells.
   nlohmann::json cp_ranks;

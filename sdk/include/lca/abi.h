@@ -14,7 +14,7 @@ extern "C" {
 
 /* Major changes break plugins; minor changes only add fields at the end of structs. */
 #define LCA_ABI_VERSION_MAJOR 1u
-#define LCA_ABI_VERSION_MINOR 0u
+#define LCA_ABI_VERSION_MINOR 1u
 #define LCA_ABI_VERSION ((LCA_ABI_VERSION_MAJOR << 16) | LCA_ABI_VERSION_MINOR)
 #define LCA_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
 #define LCA_ABI_MINOR_OF(v) ((uint32_t)(v)&0xFFFFu)
@@ -194,6 +194,12 @@ typedef struct lca_kernel_vtable {
                          const lca_exec* exec);
   /* The message of the last failing call on this thread (never NULL). */
   const char* (*last_error)(void);
+  /* ABI 1.1. Facts about a plan and the calls made on it so far, as one JSON object, e.g. a
+   * JIT's compile time spent in plan() or memory a library allocated outside exec->allocator.
+   * The host reads it after a cell's timed calls and records it with the cell ("plan_info").
+   * NULL (the pointer or the result) when there is none; the string stays valid until the next
+   * call on this thread. Hosts read it only where struct_size covers it. */
+  const char* (*plan_info)(lca_kernel* kernel, lca_plan* plan);
 } lca_kernel_vtable;
 
 /* ---- mask providers ------------------------------------------------------------------------- */

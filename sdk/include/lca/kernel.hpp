@@ -8,6 +8,7 @@
 #include <lca/error.hpp>
 
 #include <memory>
+#include <string>
 
 namespace lca {
 
@@ -18,6 +19,9 @@ class IPlan {
   virtual ~IPlan() = default;
   // Called before destruction so that the plan can return workspace to exec.allocator.
   virtual void release(const lca_exec& /*exec*/) {}
+  // Facts the host records with the cell (lca_kernel_vtable::plan_info): one JSON object as
+  // text, or "" for none. Read after the timed calls, so it may report on them.
+  virtual std::string info() const { return {}; }
 };
 
 class IKernel {
@@ -72,13 +76,21 @@ struct KernelAdapter {
     });
   }
 
+  static const char* plan_info(lca_kernel* /*kernel*/, lca_plan* plan) {
+    thread_local std::string text;
+    auto* p = reinterpret_cast<IPlan*>(plan);
+    if (p == nullptr) return nullptr;
+    if (guard([&] { text = p->info(); }) != LCA_OK || text.empty()) return nullptr;
+    return text.c_str();
+  }
+
   static const lca_kernel_vtable* vtable(bool has_backward) {
     static const lca_kernel_vtable with_bwd{sizeof(lca_kernel_vtable), LCA_ABI_VERSION, &create,
                                             &destroy, &plan, &destroy_plan, &forward, &backward,
-                                            &detail::last_error};
+                                            &detail::last_error, &plan_info};
     static const lca_kernel_vtable without_bwd{sizeof(lca_kernel_vtable), LCA_ABI_VERSION, &create,
                                                &destroy, &plan, &destroy_plan, &forward, nullptr,
-                                               &detail::last_error};
+                                               &detail::last_error, &plan_info};
     return has_backward ? &with_bwd : &without_bwd;
   }
 };

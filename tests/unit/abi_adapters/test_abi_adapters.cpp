@@ -169,6 +169,33 @@ TEST_F(KernelAdapterTest, DestroyPlanWithoutExecSkipsRelease) {
   EXPECT_EQ(plans_destroyed, 1);
 }
 
+struct InfoPlan : IPlan {
+  std::string info() const override { return R"({"compile_ms": 12.5})"; }
+};
+struct InfoKernel : ForwardOnlyKernel {
+  using ForwardOnlyKernel::ForwardOnlyKernel;
+  std::unique_ptr<IPlan> plan(const lca_problem&, const lca_mask&, const lca_exec&) override {
+    return std::make_unique<InfoPlan>();
+  }
+};
+
+TEST_F(KernelAdapterTest, PlanInfoIsNullUnlessThePlanHasSome) {
+  ASSERT_NE(vt_->plan_info, nullptr);
+  lca_plan* plan = nullptr;
+  ASSERT_EQ(vt_->plan(kernel_, &problem_, &mask_, &exec_, &plan), LCA_OK);
+  EXPECT_EQ(vt_->plan_info(kernel_, plan), nullptr);
+  EXPECT_EQ(vt_->plan_info(kernel_, nullptr), nullptr);
+  vt_->destroy_plan(kernel_, plan, &exec_);
+
+  const lca_kernel_vtable* vt = detail::KernelAdapter<InfoKernel>::vtable(false);
+  lca_kernel* kernel = nullptr;
+  ASSERT_EQ(vt->create(&host_, &kernel), LCA_OK);
+  ASSERT_EQ(vt->plan(kernel, &problem_, &mask_, &exec_, &plan), LCA_OK);
+  EXPECT_STREQ(vt->plan_info(kernel, plan), R"({"compile_ms": 12.5})");
+  vt->destroy_plan(kernel, plan, &exec_);
+  vt->destroy(kernel);
+}
+
 TEST_F(KernelAdapterTest, LastErrorIsPerThread) {
   next_throw = Throw::runtime_error;
   lca_plan* plan = nullptr;

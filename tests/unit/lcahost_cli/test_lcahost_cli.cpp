@@ -56,7 +56,7 @@ TEST_F(Cli, ListShowsLoadedAndRefusedWithReasons) {
       {"fx_missing_library", "is missing"},
       {"fx_not_so", "does not load"},
       {"fx_no_entry", "does not export lca_plugin_entry"},
-      {"fx_abi2", "built for ABI 2.0, this host speaks ABI 1.0"},
+      {"fx_abi2", "built for ABI 2.0, this host speaks ABI 1."},
       {"fx_name_mismatch", "name mismatch"},
       {"fx_kind_mismatch", "kind mismatch"},
       {"fx_no_backward", "declares backward"}};

@@ -283,6 +283,7 @@ TEST(ResultsFile, CellRecordsRoundTrip) {
   r.check.passed = true;
   r.check.tolerance = 1e-2;
   r.check.errors["o"] = core::ErrorStats{1e-3, 2e-3, 0, 10};
+  r.plan_info = {{"compile_ms", 12.5}};
   const auto back = core::CellResult::from_json(r.to_json());
   EXPECT_EQ(back.cell.key(), r.cell.key());
   EXPECT_EQ(back.status, "ok");
@@ -292,6 +293,8 @@ TEST(ResultsFile, CellRecordsRoundTrip) {
   EXPECT_EQ(back.attn_peak_bytes, 77u);
   EXPECT_TRUE(back.check.ran);
   EXPECT_DOUBLE_EQ(back.check.errors.at("o").rel_l2, 1e-3);
+  EXPECT_DOUBLE_EQ(back.plan_info.value("compile_ms", 0.0), 12.5);
+  EXPECT_TRUE(core::CellResult::from_json(core::CellResult{}.to_json()).plan_info.is_null());
 }
 
 TEST(ResultsFile, MissingFileHasNoCells) {

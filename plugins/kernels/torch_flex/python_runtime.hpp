@@ -1,0 +1,78 @@
+// The embedded CPython interpreter of torch_flex: started once per process, references that
+// release themselves, the GIL, Python errors as lca::Error, and DLPack capsules that hand lca's
+// device buffers to torch without a copy.
+// Used by torch_flex.cpp only.
+// Rule: every call into Python holds the GIL (a Gil in scope); nothing here finalises the
+// interpreter (torch's extension modules do not survive Py_Finalize).
+#pragma once
+
+#include <Python.h>
+
+#include <lca/abi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace lca_torch_flex {
+
+// Starts the interpreter once per process (later calls check what the first one found):
+//   python      the interpreter whose installation and site-packages to use (a venv's python
+//               keeps its venv); sys.executable is set to it
+//   module_dir  put first on sys.path (lca_torch_flex.py lives there)
+// Makes libpython's symbols global (torch's extension modules need them; lca loads plugins
+// RTLD_LOCAL), keeps this plugin loaded for the life of the process (torch may free a DLPack
+// tensor, calling back into this library, at any time), sends Python's stdout to stderr (the
+// host's --isolate protocol owns stdout) and releases the GIL. Throws lca::Error.
+void start_python(const std::string& python, const std::string& module_dir);
+
+// Holds the GIL for its scope.
+class Gil {
+ public:
+  Gil() : state_(PyGILState_Ensure()) {}
+  ~Gil() { PyGILState_Release(state_); }
+  Gil(const Gil&) = delete;
+  Gil& operator=(const Gil&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
+// An owned reference (destroy only with the GIL held).
+class PyRef {
+ public:
+  PyRef() = default;
+  explicit PyRef(PyObject* owned) : p_(owned) {}
+  PyRef(PyRef&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  PyRef& operator=(PyRef&& o) noexcept {
+    if (this != &o) {
+      Py_XDECREF(p_);
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+  ~PyRef() { Py_XDECREF(p_); }
+  PyObject* get() const { return p_; }
+  PyObject* release() { return std::exchange(p_, nullptr); }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  PyObject* p_ = nullptr;
+};
+
+// Throws the pending Python exception as lca::Error: torch's OutOfMemoryError becomes
+// LCA_ERR_OUT_OF_MEMORY, lca_torch_flex.Unsupported LCA_ERR_UNSUPPORTED, anything else
+// LCA_ERR_DEVICE; the message is "<what>: <ExceptionType>: <first line>".
+[[noreturn]] void throw_python_error(const std::string& what);
+
+// Returns `result` when not NULL, else throws the pending Python exception.
+PyObject* checked(PyObject* result, const std::string& what);
+
+// A DLPack capsule ("dltensor") over device memory that torch.from_dlpack turns into a tensor
+// without a copy. dtype: lca_dtype. The capsule frees its own bookkeeping when torch is done.
+PyObject* dlpack_capsule(void* data, int32_t dtype, int32_t device, int32_t ndim, const int64_t* shape,
+                         const int64_t* strides);
+
+}  // namespace lca_torch_flex

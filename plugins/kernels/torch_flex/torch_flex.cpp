@@ -1,0 +1,307 @@
+// torch_flex: PyTorch FlexAttention as an lca kernel, through an embedded CPython interpreter.
+// create() starts Python (once per process) and imports lca_torch_flex.py from the plugin's
+// python/ folder; plan() digests the slices on the host (flex_mask) and hands them to a Python
+// Plan, which builds the BlockMask and compiles and warms up flex for the shape, outside the
+// timed region (compile times come back through plan_info); forward()/backward() wrap the
+// host's buffers as DLPack capsules (no copy) and call the Plan on the host's stream.
+#include "flex_mask.hpp"
+#include "python_runtime.hpp"
+
+#include <lca/lca.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#ifndef LCA_TORCH_FLEX_PYTHON
+#define LCA_TORCH_FLEX_PYTHON "python3"
+#endif
+
+namespace lca_torch_flex {
+namespace {
+
+using lca::Error;
+
+PyObject* bytes_of(const void* data, size_t bytes) {
+  return checked(PyBytes_FromStringAndSize(static_cast<const char*>(data), static_cast<Py_ssize_t>(bytes)),
+                 "bytes");
+}
+
+template <class T>
+PyObject* bytes_of(const std::vector<T>& v) {
+  return bytes_of(v.data(), v.size() * sizeof(T));
+}
+
+// One tensor role of a call as the Python side last saw it, so that unchanged buffers are
+// passed as None and the wrapped tensor is reused (less Python work inside the timed call).
+struct Bound {
+  void* data = nullptr;
+  std::array<int64_t, 3> shape{}, stride{};
+  bool same(const lca_tensor& t) const {
+    return data == t.data && shape == std::array<int64_t, 3>{t.shape[0], t.shape[1], t.shape[2]} &&
+           stride == std::array<int64_t, 3>{t.stride[0], t.stride[1], t.stride[2]};
+  }
+  void set(const lca_tensor& t) {
+    data = t.data;
+    shape = {t.shape[0], t.shape[1], t.shape[2]};
+    stride = {t.stride[0], t.stride[1], t.stride[2]};
+  }
+};
+
+enum Role { kQ, kK, kV, kO, kLse, kDo, kDq, kDk, kDv, kRoles };
+
+class FlexPlan final : public lca::IPlan {
+ public:
+  lca_problem problem{};
+  PyRef plan;                       // lca_torch_flex.Plan
+  std::string mask_summary;
+  double mask_build_ms = 0, plan_ms = 0;
+  std::array<Bound, kRoles> bound{};
+
+  ~FlexPlan() override { drop(); }
+  void release(const lca_exec& /*exec*/) override {
+    if (!plan) return;
+    Gil gil;
+    PyRef r(PyObject_CallMethod(plan.get(), "close", nullptr));
+    if (!r) PyErr_Clear();  // release() cannot fail; the objects go below all the same
+    plan = PyRef();
+  }
+  std::string info() const override {
+    if (!plan) return {};
+    Gil gil;
+    PyRef text(checked(PyObject_CallMethod(plan.get(), "info_json", nullptr), "plan info"));
+    const char* s = PyUnicode_AsUTF8(text.get());
+    if (s == nullptr) throw_python_error("plan info");
+    nlohmann::json j = nlohmann::json::parse(s);
+    j["mask"] = mask_summary;
+    j["mask_build_ms"] = mask_build_ms;
+    j["plan_ms_in_plugin"] = plan_ms;
+    return j.dump();
+  }
+
+  // A role's argument: None when the same buffer as last time, else a fresh capsule over it.
+  PyObject* arg(Role role, const lca_tensor& t, int64_t heads, bool is_lse) {
+    if (bound[role].same(t)) Py_RETURN_NONE;
+    const int32_t device = problem.device_index;
+    PyObject* capsule = nullptr;
+    if (is_lse) {  // {H, S, 1} -> [1, H, S]
+      const int64_t shape[3] = {1, heads, t.shape[1]};
+      const int64_t strides[3] = {heads * t.stride[0], t.stride[0], t.stride[1]};
+      capsule = dlpack_capsule(t.data, LCA_DTYPE_F32, device, 3, shape, strides);
+    } else {  // THD {S, H, D} -> [1, H, S, D] with strides {S*H*D, D, H*D, 1}
+      const int64_t shape[4] = {1, heads, t.shape[0], t.shape[2]};
+      const int64_t strides[4] = {t.shape[0] * t.stride[0], t.stride[1], t.stride[0], t.stride[2]};
+      capsule = dlpack_capsule(t.data, t.dtype, device, 4, shape, strides);
+    }
+    bound[role].set(t);
+    return capsule;
+  }
+  // After a failed call the Python side may hold fewer tensors than `bound` says: start over.
+  void forget_bound() { bound = {}; }
+
+ private:
+  void drop() {
+    if (!plan) return;
+    Gil gil;
+    plan = PyRef();
+  }
+};
+
+class TorchFlex final : public lca::IKernel {
+ public:
+  explicit TorchFlex(const lca_host_info& host) : log_(host.log), log_ctx_(host.log_ctx) {
+    nlohmann::json config;
+    try {
+      config = nlohmann::json::parse(host.config_json && *host.config_json ? host.config_json : "{}");
+      warm_backward_ = config.value("warm_backward", true);
+      max_intervals_ = config.value("max_intervals", 16);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(LCA_ERR_INVALID_ARGUMENT, std::string("torch_flex: bad config: ") + e.what());
+    }
+    const char* env = std::getenv("LCA_TORCH_PYTHON");
+    const std::string python = env && *env ? env : LCA_TORCH_FLEX_PYTHON;
+    const std::filesystem::path module_dir = std::filesystem::path(host.plugin_dir ? host.plugin_dir : ".") / "python";
+    lca::require(std::filesystem::exists(module_dir / "lca_torch_flex.py"), LCA_ERR_INVALID_ARGUMENT,
+                 "torch_flex: " + (module_dir / "lca_torch_flex.py").string() +
+                     " is missing; rebuild (it is copied beside the plugin) or reinstall");
+    const auto t0 = std::chrono::steady_clock::now();
+    start_python(python, module_dir.string());
+    Gil gil;
+    module_ = PyRef(checked(PyImport_ImportModule("lca_torch_flex"), "import lca_torch_flex (and torch) with " + python));
+    log(2, "torch_flex: Python " + std::string(Py_GetVersion()).substr(0, 6) + " from " + python + ", torch imported in " +
+               std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
+  }
+  ~TorchFlex() override {
+    if (!module_) return;
+    Gil gil;
+    module_ = PyRef();
+  }
+
+  std::unique_ptr<lca::IPlan> plan(const lca_problem& p, const lca_mask& mask, const lca_exec& exec) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    validate(p, mask);
+    FlexMask f;
+    try {
+      f = build_flex_mask(mask, max_intervals_);
+    } catch (const Error& e) {
+      throw Error(e.status(), std::string("torch_flex: ") + e.what());
+    }
+    auto pl = std::make_unique<FlexPlan>();
+    pl->problem = p;
+    pl->mask_summary = f.describe();
+    pl->mask_build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    {
+      Gil gil;
+      PyRef kwargs(checked(PyDict_New(), "kwargs"));
+      auto put = [&](const char* key, PyObject* value) {
+        PyRef v(checked(value, key));
+        if (PyDict_SetItemString(kwargs.get(), key, v.get()) != 0) throw_python_error(key);
+      };
+      put("device", PyLong_FromLong(p.device_index));
+      put("stream", PyLong_FromUnsignedLongLong(reinterpret_cast<uintptr_t>(exec.stream)));
+      put("seqlen_q", PyLong_FromLongLong(p.seqlen_q));
+      put("seqlen_k", PyLong_FromLongLong(p.seqlen_k));
+      put("heads_q", PyLong_FromLong(p.heads_q));
+      put("heads_kv", PyLong_FromLong(p.heads_kv));
+      put("head_dim", PyLong_FromLong(p.head_dim));
+      put("dtype", PyUnicode_FromString(lca::dtype_name(p.dtype)));
+      put("scale", PyFloat_FromDouble(p.softmax_scale));
+      put("block", PyLong_FromLong(f.block));
+      put("q_blocks", PyLong_FromLongLong(f.q_blocks));
+      put("kv_blocks", PyLong_FromLongLong(f.kv_blocks));
+      put("kind", PyUnicode_FromString(f.kind == FlexMask::Kind::table ? "table" : "intervals"));
+      put("width", PyLong_FromLong(f.width));
+      put("lo", bytes_of(f.lo));
+      put("hi", bytes_of(f.hi));
+      put("table", bytes_of(f.table));
+      put("table_block_q", PyLong_FromLong(f.table_block_q));
+      put("table_block_k", PyLong_FromLong(f.table_block_k));
+      put("table_rows", PyLong_FromLongLong(f.table_rows));
+      put("table_cols", PyLong_FromLongLong(f.table_cols));
+      put("kv_num", bytes_of(f.kv_num));
+      put("kv_idx", bytes_of(f.kv_idx));
+      put("full_num", bytes_of(f.full_num));
+      put("full_idx", bytes_of(f.full_idx));
+      put("warm_backward", PyBool_FromLong(warm_backward_));
+      PyRef cls(checked(PyObject_GetAttrString(module_.get(), "Plan"), "lca_torch_flex.Plan"));
+      PyRef args(checked(PyTuple_New(0), "args"));
+      pl->plan = PyRef(checked(PyObject_Call(cls.get(), args.get(), kwargs.get()), "plan"));
+    }
+    pl->plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    log(1, "torch_flex: " + pl->mask_summary + "; plan " + std::to_string(pl->plan_ms) + " ms");
+    return pl;
+  }
+
+  void forward(lca::IPlan& base, const lca_fwd_args& a, const lca_exec& /*exec*/) override {
+    auto& pl = static_cast<FlexPlan&>(base);
+    const lca_problem& p = pl.problem;
+    lca::require(a.struct_size >= sizeof(lca_fwd_args), LCA_ERR_INVALID_ARGUMENT, "torch_flex: lca_fwd_args too small");
+    check_thd(a.q, "q", p, p.seqlen_q, p.heads_q);
+    check_thd(a.k, "k", p, p.seqlen_k, p.heads_kv);
+    check_thd(a.v, "v", p, p.seqlen_k, p.heads_kv);
+    check_thd(a.o, "o", p, p.seqlen_q, p.heads_q);
+    check_lse(a.lse, p);
+    Gil gil;
+    PyRef q, k, v, o, lse;
+    try {
+      q = PyRef(pl.arg(kQ, a.q, p.heads_q, false));
+      k = PyRef(pl.arg(kK, a.k, p.heads_kv, false));
+      v = PyRef(pl.arg(kV, a.v, p.heads_kv, false));
+      o = PyRef(pl.arg(kO, a.o, p.heads_q, false));
+      lse = PyRef(pl.arg(kLse, a.lse, p.heads_q, true));
+    } catch (...) {
+      pl.forget_bound();
+      throw;
+    }
+    PyRef r(PyObject_CallMethod(pl.plan.get(), "forward", "OOOOO", q.get(), k.get(), v.get(), o.get(), lse.get()));
+    if (!r) {
+      pl.forget_bound();
+      throw_python_error("forward");
+    }
+  }
+
+  void backward(lca::IPlan& base, const lca_bwd_args& a, const lca_exec& /*exec*/) override {
+    auto& pl = static_cast<FlexPlan&>(base);
+    const lca_problem& p = pl.problem;
+    lca::require(a.struct_size >= sizeof(lca_bwd_args), LCA_ERR_INVALID_ARGUMENT, "torch_flex: lca_bwd_args too small");
+    for (auto [t, n] : {std::pair{&a.q, "q"}, {&a.o, "o"}, {&a.d_o, "d_o"}, {&a.dq, "dq"}})
+      check_thd(*t, n, p, p.seqlen_q, p.heads_q);
+    for (auto [t, n] : {std::pair{&a.k, "k"}, {&a.v, "v"}, {&a.dk, "dk"}, {&a.dv, "dv"}})
+      check_thd(*t, n, p, p.seqlen_k, p.heads_kv);
+    check_lse(a.lse, p);
+    Gil gil;
+    PyRef q, k, v, o, d_o, lse, dq, dk, dv;
+    try {
+      q = PyRef(pl.arg(kQ, a.q, p.heads_q, false));
+      k = PyRef(pl.arg(kK, a.k, p.heads_kv, false));
+      v = PyRef(pl.arg(kV, a.v, p.heads_kv, false));
+      o = PyRef(pl.arg(kO, a.o, p.heads_q, false));
+      d_o = PyRef(pl.arg(kDo, a.d_o, p.heads_q, false));
+      lse = PyRef(pl.arg(kLse, a.lse, p.heads_q, true));
+      dq = PyRef(pl.arg(kDq, a.dq, p.heads_q, false));
+      dk = PyRef(pl.arg(kDk, a.dk, p.heads_kv, false));
+      dv = PyRef(pl.arg(kDv, a.dv, p.heads_kv, false));
+    } catch (...) {
+      pl.forget_bound();
+      throw;
+    }
+    PyRef r(PyObject_CallMethod(pl.plan.get(), "backward", "OOOOOOOOO", q.get(), k.get(), v.get(), o.get(), d_o.get(),
+                                lse.get(), dq.get(), dk.get(), dv.get()));
+    if (!r) {
+      pl.forget_bound();
+      throw_python_error("backward");
+    }
+  }
+
+ private:
+  static void validate(const lca_problem& p, const lca_mask& mask) {
+    lca::require(p.struct_size >= sizeof(lca_problem), LCA_ERR_INVALID_ARGUMENT, "torch_flex: lca_problem too small");
+    lca::require(p.device_type == LCA_DEVICE_CUDA, LCA_ERR_UNSUPPORTED, "torch_flex: runs on CUDA devices only");
+    lca::require(p.dtype == LCA_DTYPE_BF16 || p.dtype == LCA_DTYPE_F16, LCA_ERR_UNSUPPORTED,
+                 std::string("torch_flex: dtype ") + lca::dtype_name(p.dtype) + " unsupported (bf16, f16)");
+    const int32_t d = p.head_dim;
+    lca::require(d >= 16 && d <= 256 && (d & (d - 1)) == 0, LCA_ERR_UNSUPPORTED,
+                 "torch_flex: head_dim " + std::to_string(d) + " unsupported (a power of two from 16 to 256)");
+    lca::require(p.heads_q > 0 && p.heads_kv > 0 && p.heads_q % p.heads_kv == 0, LCA_ERR_INVALID_ARGUMENT,
+                 "torch_flex: heads_q must be a positive multiple of heads_kv");
+    lca::require(p.seqlen_q > 0 && p.seqlen_k > 0 && mask.seqlen_q == p.seqlen_q && mask.seqlen_k == p.seqlen_k,
+                 LCA_ERR_INVALID_ARGUMENT, "torch_flex: the mask's size differs from the problem's");
+  }
+
+  static void check_thd(const lca_tensor& t, const char* what, const lca_problem& p, int64_t tokens, int64_t heads) {
+    const int64_t d = p.head_dim;
+    lca::require(t.struct_size >= sizeof(lca_tensor) && t.data != nullptr && t.dtype == p.dtype &&
+                     t.shape[0] == tokens && t.shape[1] == heads && t.shape[2] == d && t.stride[2] == 1 &&
+                     t.stride[1] == d && t.stride[0] == heads * d,
+                 LCA_ERR_INVALID_ARGUMENT,
+                 std::string("torch_flex: ") + what + " must be a dense THD " + lca::dtype_name(p.dtype) + " tensor {" +
+                     std::to_string(tokens) + ", " + std::to_string(heads) + ", " + std::to_string(d) + "}");
+  }
+
+  static void check_lse(const lca_tensor& t, const lca_problem& p) {
+    lca::require(t.struct_size >= sizeof(lca_tensor) && t.dtype == LCA_DTYPE_F32 && t.data != nullptr &&
+                     t.shape[0] == p.heads_q && t.shape[1] == p.seqlen_q,
+                 LCA_ERR_INVALID_ARGUMENT,
+                 "torch_flex: lse must be fp32 {" + std::to_string(p.heads_q) + ", " + std::to_string(p.seqlen_q) + ", 1}");
+  }
+
+  void log(int32_t level, const std::string& message) const {
+    if (log_ != nullptr) log_(log_ctx_, level, message.c_str());
+  }
+
+  PyRef module_;
+  bool warm_backward_ = true;
+  int32_t max_intervals_ = 16;
+  lca_log_fn log_ = nullptr;
+  void* log_ctx_ = nullptr;
+};
+
+}  // namespace
+}  // namespace lca_torch_flex
+
+LCA_EXPORT_KERNEL(lca_torch_flex::TorchFlex, "torch_flex", "0.1.0", true)

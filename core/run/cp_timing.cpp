@@ -184,10 +184,19 @@ std::unique_ptr<comm::Communicator> make_timed_communicator(comm::Communicator& 
   return std::make_unique<TimedCommunicator>(nullptr, &inner, clock);
 }
 
+// Fields this proxy does not know stay NULL ("none"): passing the real kernel's functions on
+// would hand them the proxy where they expect their own kernel.
 TimedKernel::TimedKernel(lca_kernel_ref r, IntervalClock& c) : real(r), clock(c) {
-  vtable_ = lca_kernel_vtable{sizeof(lca_kernel_vtable), real.vtable->abi_version, &t_create, &t_destroy, &t_plan,
-                              &t_destroy_plan, &t_forward, real.vtable->backward ? &t_backward : nullptr,
-                              &t_last_error};
+  vtable_ = lca_kernel_vtable{};
+  vtable_.struct_size = sizeof(lca_kernel_vtable);
+  vtable_.abi_version = real.vtable->abi_version;
+  vtable_.create = &t_create;
+  vtable_.destroy = &t_destroy;
+  vtable_.plan = &t_plan;
+  vtable_.destroy_plan = &t_destroy_plan;
+  vtable_.forward = &t_forward;
+  vtable_.backward = real.vtable->backward ? &t_backward : nullptr;
+  vtable_.last_error = &t_last_error;
 }
 
 }  // namespace lca::core

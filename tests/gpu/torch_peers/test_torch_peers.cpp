@@ -180,6 +180,9 @@ TEST_P(TorchSdpa, MatchesCpuReference) {
   core::gpu::DeviceAllocator alloc(0);
   core::gpu::Stream stream;
   const Results got = run_peer(c.plugin, c.problem, slice_mask(c.problem), in, alloc, stream.handle());
+  // Which shapes a backend takes is SDPA's dispatcher's call and changes between torch
+  // versions; a refusal is what lcahost records as X, so it shows here as a skip with the reason.
+  if (got.status == LCA_ERR_UNSUPPORTED) GTEST_SKIP() << "refused: " << got.error;
   ASSERT_EQ(got.status, LCA_OK) << got.error;
   expect_close(c.plugin, c.problem, got, ref);
   EXPECT_EQ(alloc.current_bytes(), 0u);

@@ -64,9 +64,12 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     -DLCA_WITH_TORCH=AUTO ${python:+-DLCA_TORCH_PYTHON="$python"} > "$keep/configure.log" 2>&1 ||
     { tail -40 "$keep/configure.log"; exit 1; }
   grep -E "^-- lca: " "$keep/configure.log" | sed 's/^-- /   /'
-  targets="lcahost lca_builtin lca_cpu_reference lca_cuda_reference lca_cudnn_sdpa lca_flex_flash"
-  for t in lca_torch_sdpa_flash lca_torch_sdpa_efficient lca_torch_sdpa_cudnn lca_torch_flex test_torch_peers test_torch_masks; do
-    ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:" && targets="$targets $t"
+  # Only targets this configure made (cudnn_sdpa needs the frontend headers, the peers torch).
+  known=$(ninja -C "$build" -t targets all 2>/dev/null | cut -d: -f1)
+  targets=""
+  for t in lcahost lca_builtin lca_cpu_reference lca_cuda_reference lca_cudnn_sdpa lca_flex_flash \
+           lca_torch_sdpa_flash lca_torch_sdpa_efficient lca_torch_sdpa_cudnn lca_torch_flex test_torch_peers test_torch_masks; do
+    grep -qx "$t" <<<"$known" && targets="$targets $t"
   done
   echo "== build: $targets"
   cmake --build "$build" -j"$(nproc)" --target $targets > "$keep/build.log" 2>&1 ||

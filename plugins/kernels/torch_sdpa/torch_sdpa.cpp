@@ -191,8 +191,7 @@ class SdpaKernel final : public lca::IKernel {
     torch_call(backend_, "plan", [&] {
       c10::cuda::CUDAGuard device_guard(plan->device);
       c10::cuda::CUDAStreamGuard stream_guard(stream_of(exec, plan->device));
-      c10::NoGradGuard no_grad;
-      choose_gqa(*plan);
+      choose_gqa(*plan);  // grad mode on: the dispatcher's rules for training apply
       c10::cuda::CUDACachingAllocator::resetPeakStats(plan->device);
     });
     plan->plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

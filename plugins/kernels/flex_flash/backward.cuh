@@ -125,16 +125,7 @@ __global__ void __launch_bounds__(kBwdKeys * 2, 1) backward_kernel(const BwdPara
       w[0] = bits[0];
       w[1] = bits[8];
     }
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = n * 8 + 2 * t4 + (e & 1);
-        const bool visible = (w[e >> 1] >> col) & 1u;
-        const float prob = visible ? exp2f(pt[n][e] * p.scale_log2 - lse2(buf)[col]) : 0.f;
-        pt[n][e] = prob;
-        dpt[n][e] = prob * (dpt[n][e] - delta(buf)[col]);
-      }
+    probs_and_ds(&pt[0][0], &dpt[0][0], w, t4, p.scale_log2, lse2(buf), delta(buf));
     // dV += P^T dO and dK += dS^T Q: the accumulators of query blocks 2kk, 2kk+1 are the A
     // fragment of k-step kk.
 #pragma unroll

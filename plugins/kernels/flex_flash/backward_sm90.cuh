@@ -173,18 +173,7 @@ __global__ void __launch_bounds__(384, 1)
       w[0] = bits[0];
       w[1] = bits[8];
     }
-    const float* l2 = lse2(b);
-    const float* dl = delta(b);
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = n * 8 + 2 * t4 + (e & 1);
-        const bool visible = (w[e >> 1] >> col) & 1u;
-        const float prob = visible ? exp2f(st[4 * n + e] * p.scale_log2 - l2[col]) : 0.f;
-        st[4 * n + e] = prob;
-        dpt[4 * n + e] = prob * (dpt[4 * n + e] - dl[col]);
-      }
+    probs_and_ds(st, dpt, w, t4, p.scale_log2, lse2(b), delta(b));
     uint32_t pa[4][4], da[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {

@@ -2,6 +2,7 @@
 // on the GPU, flex_flash computing the local blocks, against cpu_reference (fp64 accumulate) on
 // the whole problem: each rank compares its own shard of O, LSE, dQ, dK, dV. Odd lengths, GQA
 // 4 and 8 (sharded and replicated KV heads), documents that end mid-shard, bf16 d128 and f16 d64.
+#include "cp_shards.hpp"
 #include "builtin_fixture.hpp"
 #include "device_buffer.hpp"
 #include "gpu_world.hpp"
@@ -140,17 +141,8 @@ void run_strategy(const std::string& strategy, const std::string& options, const
   ASSERT_EQ(vt.dispatch(strat, plan, control().rank(), nullptr, 0, &count), LCA_OK);
   std::vector<lca_token_range> ranges(count);
   ASSERT_EQ(vt.dispatch(strat, plan, control().rank(), ranges.data(), count, &count), LCA_OK);
-  auto shard = [&](const std::vector<float>& x, int64_t heads) {
-    std::vector<float> out;
-    for (auto r : ranges) out.insert(out.end(), x.begin() + r.begin * heads * D, x.begin() + r.end * heads * D);
-    return out;
-  };
-  auto shard_lse = [&](const std::vector<float>& x) {
-    std::vector<float> out;
-    for (int h = 0; h < p.heads_q; ++h)
-      for (auto r : ranges) out.insert(out.end(), x.begin() + h * S + r.begin, x.begin() + h * S + r.end);
-    return out;
-  };
+  auto shard = [&](const std::vector<float>& x, int64_t heads) { return lca::test::shard_rows(x, ranges, heads, D); };
+  auto shard_lse = [&](const std::vector<float>& x) { return lca::test::shard_lse(x, ranges, p.heads_q, S); };
   const int64_t n = int64_t(shard(in.q, p.heads_q).size()) / (p.heads_q * D);
   const size_t es = dtype_size(dt), nq = size_t(n * p.heads_q * D), nk = size_t(n * p.heads_kv * D);
   DeviceBuffer q(to_dtype(shard(in.q, p.heads_q), dt)), k(to_dtype(shard(in.k, p.heads_kv), dt)),

@@ -1,5 +1,6 @@
 // Every CP strategy x mask x head config, forward and backward, against cpu_reference: each
 // rank compares its own shard (its dispatch ranges) of O, LSE, dQ, dK, dV with the reference.
+#include "cp_shards.hpp"
 #include "mpi_world.hpp"
 #include "plugin_handle.hpp"
 
@@ -162,17 +163,8 @@ void check(const std::string& strategy, const char* options, const NamedMask& nm
   std::vector<lca_token_range> ranges(count);
   ASSERT_EQ(vt.dispatch(strat, plan, world().rank(), ranges.data(), count, &count), LCA_OK);
   // Shards in dispatch order: rows of [T, H, D] and columns of LSE [H, T].
-  auto shard = [&](const std::vector<float>& x, int64_t heads) {
-    std::vector<float> out;
-    for (auto r : ranges) out.insert(out.end(), x.begin() + r.begin * heads * D, x.begin() + r.end * heads * D);
-    return out;
-  };
-  auto shard_lse = [&](const std::vector<float>& x) {
-    std::vector<float> out;
-    for (int h = 0; h < c.hq; ++h)
-      for (auto r : ranges) out.insert(out.end(), x.begin() + h * S + r.begin, x.begin() + h * S + r.end);
-    return out;
-  };
+  auto shard = [&](const std::vector<float>& x, int64_t heads) { return lca::test::shard_rows(x, ranges, heads, D); };
+  auto shard_lse = [&](const std::vector<float>& x) { return lca::test::shard_lse(x, ranges, c.hq, S); };
   Tensors l;
   l.q = shard(g.q, c.hq), l.k = shard(g.k, c.hkv), l.v = shard(g.v, c.hkv), l.d_o = shard(g.d_o, c.hq);
   const int64_t n = int64_t(l.q.size()) / (c.hq * D);

@@ -213,6 +213,7 @@ __global__ void __launch_bounds__(384, 1)
     if (kSplitD || c == 0) {
       float dq[32];
       const uint32_t k_half = sk + (kSplitD ? c : 0) * (L::kKeys * 128);
+      sm90::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < L::kKeys / 16; ++ks)
         sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::smem_desc(sds(b) + ks * 16 * 128, 8192, 1024),

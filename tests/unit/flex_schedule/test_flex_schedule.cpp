@@ -3,6 +3,7 @@
 // shared by several slices, empty slices, q != k lengths), in the forward (rows = queries) and
 // backward (rows = keys) orientations, with 64- and 128-row tiles. Also: full tiles really are full, every tile is listed
 // at most once, and the launch order is a permutation sorted by work.
+#include "random_slices.hpp"
 #include "builtin_fixture.hpp"
 
 #include "plugins/kernels/flex_flash/schedule.hpp"
@@ -101,34 +102,11 @@ TEST(FlexSchedule, BuiltinPatternsAreExact) {
   }
 }
 
-// Disjoint rectangles on a random grid of row and column bands, each of a random slice type
-// (or absent), plus empty slices: rows see several slices, tiles mix types.
-std::vector<lca_slice> random_slices(std::mt19937_64& rng, int64_t sq, int64_t sk) {
-  auto cuts = [&](int64_t n) {
-    std::vector<int64_t> c{0, n};
-    std::uniform_int_distribution<int64_t> pos(0, n);
-    for (int i = 0; i < 6; ++i) c.push_back(pos(rng));
-    std::sort(c.begin(), c.end());
-    c.erase(std::unique(c.begin(), c.end()), c.end());
-    return c;
-  };
-  const auto rows = cuts(sq), cols = cuts(sk);
-  std::uniform_int_distribution<int> type(-1, 3);
-  std::vector<lca_slice> out;
-  for (size_t i = 0; i + 1 < rows.size(); ++i)
-    for (size_t j = 0; j + 1 < cols.size(); ++j) {
-      const int t = type(rng);
-      if (t >= 0) out.push_back(lca_slice{rows[i], rows[i + 1], cols[j], cols[j + 1], t, 0});
-    }
-  out.push_back(lca_slice{sq / 2, sq / 2, 0, sk, LCA_SLICE_FULL, 0});  // empty
-  return out;
-}
-
 TEST(FlexSchedule, RandomSliceMasksAreExact) {
   std::mt19937_64 rng(2026);
   for (auto [sq, sk] : {std::pair<int64_t, int64_t>{300, 300}, {64, 64}, {65, 200}, {513, 130}, {1, 77}, {200, 1}}) {
     for (int rep = 0; rep < 6; ++rep) {
-      const auto slices = random_slices(rng, sq, sk);
+      const auto slices = lca::test::random_slices(rng, sq, sk);
       const lca_mask m{sizeof(lca_mask), sq, sk, static_cast<int64_t>(slices.size()), slices.data(), nullptr, 0, nullptr};
       expect_exact(m, "random " + std::to_string(sq) + "x" + std::to_string(sk) + " #" + std::to_string(rep));
     }

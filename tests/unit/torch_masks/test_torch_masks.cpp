@@ -2,6 +2,7 @@
 // and the full/causal recogniser (torch_sdpa_*), and FlexAttention's mask data and BlockMask
 // (torch_flex), each against the slice definition (lca::slice_contains) on the 14 builtin
 // patterns at odd lengths and on random masks of disjoint slices. Also the peers' manifests.
+#include "random_slices.hpp"
 #include "builtin_fixture.hpp"
 
 #include "core/plugin/manifest.hpp"
@@ -114,30 +115,11 @@ TEST(FlexMask, BuiltinPatternsAreExact) {
   }
 }
 
-// Disjoint rectangles on a random grid, each of a random slice type (or absent).
-std::vector<lca_slice> random_slices(std::mt19937_64& rng, int64_t sq, int64_t sk) {
-  auto cuts = [&](int64_t n) {
-    std::vector<int64_t> c{0, n};
-    std::uniform_int_distribution<int64_t> pos(0, n);
-    for (int i = 0; i < 5; ++i) c.push_back(pos(rng));
-    std::sort(c.begin(), c.end());
-    c.erase(std::unique(c.begin(), c.end()), c.end());
-    return c;
-  };
-  const auto rows = cuts(sq), cols = cuts(sk);
-  std::uniform_int_distribution<int> type(-1, 3);
-  std::vector<lca_slice> out;
-  for (size_t i = 0; i + 1 < rows.size(); ++i)
-    for (size_t j = 0; j + 1 < cols.size(); ++j)
-      if (const int t = type(rng); t >= 0) out.push_back(lca_slice{rows[i], rows[i + 1], cols[j], cols[j + 1], t, 0});
-  return out;
-}
-
 TEST(FlexMask, RandomSliceMasksAreExact) {
   std::mt19937_64 rng(7);
   for (auto [sq, sk] : {std::pair<int64_t, int64_t>{300, 300}, {129, 500}, {513, 130}, {1, 77}, {256, 256}}) {
     for (int rep = 0; rep < 5; ++rep) {
-      const auto slices = random_slices(rng, sq, sk);
+      const auto slices = lca::test::random_slices(rng, sq, sk);
       const lca_mask m{sizeof(lca_mask), sq, sk, static_cast<int64_t>(slices.size()), slices.data(), nullptr, 0, nullptr};
       expect_exact(m, "random " + std::to_string(sq) + "x" + std::to_string(sk) + " #" + std::to_string(rep));
     }

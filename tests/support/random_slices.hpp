@@ -1,0 +1,35 @@
+// Test support: random slice masks for the kernels' mask translations (tile schedules, block
+// masks). Disjoint rectangles on a random grid of row and column bands, each of a random slice
+// type or absent, plus one empty slice: rows see several slices and tiles mix types.
+// Rule: the same rng state gives the same mask.
+#pragma once
+
+#include <lca/abi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace lca::test {
+
+inline std::vector<lca_slice> random_slices(std::mt19937_64& rng, int64_t sq, int64_t sk, int cuts_per_axis = 6) {
+  auto cuts = [&](int64_t n) {
+    std::vector<int64_t> c{0, n};
+    std::uniform_int_distribution<int64_t> pos(0, n);
+    for (int i = 0; i < cuts_per_axis; ++i) c.push_back(pos(rng));
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+    return c;
+  };
+  const auto rows = cuts(sq), cols = cuts(sk);
+  std::uniform_int_distribution<int> type(-1, 3);
+  std::vector<lca_slice> out;
+  for (size_t i = 0; i + 1 < rows.size(); ++i)
+    for (size_t j = 0; j + 1 < cols.size(); ++j)
+      if (const int t = type(rng); t >= 0) out.push_back(lca_slice{rows[i], rows[i + 1], cols[j], cols[j + 1], t, 0});
+  out.push_back(lca_slice{sq / 2, sq / 2, 0, sk, LCA_SLICE_FULL, 0});  // empty
+  return out;
+}
+
+}  // namespace lca::test

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lca::test {
@@ -119,6 +120,27 @@ inline void expect_matches(const lca_mask& m, const std::vector<uint8_t>& cover,
   int64_t area = 0;
   for (int64_t i = 0; i < m.num_slices; ++i) area += lca::slice_area(m.slices[i]);
   EXPECT_EQ(area, count) << label;
+}
+
+// The 14 builtin patterns with parameters that give several documents, windows and blocks at
+// lengths near 1000 (mask translation tests: tile schedules, block masks).
+inline const std::vector<std::pair<std::string, std::string>>& patterns_near_1k() {
+  static const std::vector<std::pair<std::string, std::string>> p = {
+      {"full", "{}"},
+      {"causal", "{}"},
+      {"full_document", R"({"dist":"uniform:1-300"})"},
+      {"causal_document", R"({"dist":"uniform:1-300"})"},
+      {"sliding_window", R"({"window":100})"},
+      {"sliding_window_causal", R"({"window":70})"},
+      {"sliding_window_document", R"({"window":50,"dist":"uniform:20-400"})"},
+      {"shared_question", "{}"},
+      {"causal_blockwise", "{}"},
+      {"prefix_lm_causal", "{}"},
+      {"prefix_lm_document", R"({"dist":"uniform:30-400"})"},
+      {"global_sliding", "{}"},
+      {"block_causal_document", "{}"},
+      {"block_sparse", R"({"sparsity":0.3})"}};
+  return p;
 }
 
 }  // namespace lca::test

@@ -78,23 +78,8 @@ void expect_exact(const lca_mask& m, const std::string& label) {
 
 TEST(FlexSchedule, BuiltinPatternsAreExact) {
   auto& p = BuiltinProvider::instance();
-  const std::vector<std::pair<std::string, std::string>> patterns = {
-      {"full", "{}"},
-      {"causal", "{}"},
-      {"full_document", R"({"dist":"uniform:1-300"})"},
-      {"causal_document", R"({"dist":"uniform:1-300"})"},
-      {"sliding_window", R"({"window":100})"},
-      {"sliding_window_causal", R"({"window":70})"},
-      {"sliding_window_document", R"({"window":50,"dist":"uniform:20-400"})"},
-      {"shared_question", "{}"},
-      {"causal_blockwise", "{}"},
-      {"prefix_lm_causal", "{}"},
-      {"prefix_lm_document", R"({"dist":"uniform:30-400"})"},
-      {"global_sliding", "{}"},
-      {"block_causal_document", "{}"},
-      {"block_sparse", R"({"sparsity":0.3})"}};
   for (int64_t seqlen : {1000, 1537}) {
-    for (const auto& [name, params] : patterns) {
+    for (const auto& [name, params] : lca::test::patterns_near_1k()) {
       auto g = p.generate(name, params, seqlen, 7);
       ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
       expect_exact(*g.mask, name + " " + std::to_string(seqlen));

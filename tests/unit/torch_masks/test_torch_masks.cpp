@@ -82,29 +82,10 @@ void expect_exact(const lca_mask& m, const std::string& label) {
   EXPECT_EQ(full, f.full_count);
 }
 
-const std::vector<std::pair<std::string, std::string>>& builtin_patterns() {
-  static const std::vector<std::pair<std::string, std::string>> p = {
-      {"full", "{}"},
-      {"causal", "{}"},
-      {"full_document", R"({"dist":"uniform:1-300"})"},
-      {"causal_document", R"({"dist":"uniform:1-300"})"},
-      {"sliding_window", R"({"window":100})"},
-      {"sliding_window_causal", R"({"window":70})"},
-      {"sliding_window_document", R"({"window":50,"dist":"uniform:20-400"})"},
-      {"shared_question", "{}"},
-      {"causal_blockwise", "{}"},
-      {"prefix_lm_causal", "{}"},
-      {"prefix_lm_document", R"({"dist":"uniform:30-400"})"},
-      {"global_sliding", "{}"},
-      {"block_causal_document", "{}"},
-      {"block_sparse", R"({"sparsity":0.3})"}};
-  return p;
-}
-
 TEST(FlexMask, BuiltinPatternsAreExact) {
   auto& p = BuiltinProvider::instance();
   for (int64_t seqlen : {1000, 1537}) {
-    for (const auto& [name, params] : builtin_patterns()) {
+    for (const auto& [name, params] : lca::test::patterns_near_1k()) {
       auto g = p.generate(name, params, seqlen, 7);
       ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
       const FlexMask f = lca_torch_flex::build_flex_mask(*g.mask, 16);
@@ -143,7 +124,7 @@ TEST(FlexMask, TooManyIntervalsWithoutATableIsUnsupported) {
 TEST(DenseForm, FullAndCausalOnlyWhateverTheSlicing) {
   auto& p = BuiltinProvider::instance();
   for (int64_t seqlen : {129, 397, 1024}) {
-    for (const auto& [name, unused] : builtin_patterns()) {
+    for (const auto& [name, unused] : lca::test::patterns_near_1k()) {
       auto g = p.generate(name, "{}", seqlen, 3);
       ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
       std::string why;

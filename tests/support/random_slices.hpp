@@ -1,10 +1,11 @@
-// Test support: random slice masks for the kernels' mask translations (tile schedules, block
-// masks). Disjoint rectangles on a random grid of row and column bands, each of a random slice
+// Test support for the kernels' mask translations (tile schedules, block masks): random slice
+// masks, and the dense truth of a slice mask to check them against cell by cell. Random masks: Disjoint rectangles on a random grid of row and column bands, each of a random slice
 // type or absent, plus one empty slice: rows see several slices and tiles mix types.
 // Rule: the same rng state gives the same mask.
 #pragma once
 
 #include <lca/abi.h>
+#include <lca/types.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -30,6 +31,18 @@ inline std::vector<lca_slice> random_slices(std::mt19937_64& rng, int64_t sq, in
       if (const int t = type(rng); t >= 0) out.push_back(lca_slice{rows[i], rows[i + 1], cols[j], cols[j + 1], t, 0});
   out.push_back(lca_slice{sq / 2, sq / 2, 0, sk, LCA_SLICE_FULL, 0});  // empty
   return out;
+}
+
+// Row-major (q, k) visibility of a slice mask, from slice_contains.
+inline std::vector<char> dense_truth(const lca_mask& m) {
+  std::vector<char> t(static_cast<size_t>(m.seqlen_q * m.seqlen_k), 0);
+  for (int64_t i = 0; i < m.num_slices; ++i) {
+    const lca_slice& s = m.slices[i];
+    for (int64_t q = s.q_begin; q < s.q_end; ++q)
+      for (int64_t k = s.k_begin; k < s.k_end; ++k)
+        if (lca::slice_contains(s, q, k)) t[q * m.seqlen_k + k] = 1;
+  }
+  return t;
 }
 
 }  // namespace lca::test

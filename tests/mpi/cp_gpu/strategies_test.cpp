@@ -188,25 +188,6 @@ std::vector<std::pair<std::string, std::vector<lca_slice>>> hand_masks(int64_t S
   return out;
 }
 
-struct Pattern {
-  const char* name;
-  const char* params;
-};
-const Pattern kPatterns[] = {{"full", "{}"},
-                             {"causal", "{}"},
-                             {"full_document", R"({"dist":"uniform:1-300"})"},
-                             {"causal_document", R"({"dist":"uniform:1-300"})"},
-                             {"sliding_window", R"({"window":100})"},
-                             {"sliding_window_causal", R"({"window":90})"},
-                             {"sliding_window_document", R"({"window":60,"dist":"uniform:20-400"})"},
-                             {"shared_question", "{}"},
-                             {"causal_blockwise", "{}"},
-                             {"prefix_lm_causal", "{}"},
-                             {"prefix_lm_document", R"({"dist":"uniform:20-400"})"},
-                             {"global_sliding", "{}"},
-                             {"block_causal_document", "{}"},
-                             {"block_sparse", R"({"sparsity":0.3})"}};
-
 // bf16 d128 with 8:2 heads at one odd length, f16 d64 with 4:1 at another.
 const Shape kShapes[] = {{777, 8, 2, 128, LCA_DTYPE_BF16}, {613, 4, 1, 64, LCA_DTYPE_F16}};
 
@@ -220,10 +201,10 @@ void run_all(const std::string& strategy, const std::vector<std::string>& option
     std::vector<Problem> problems;
     for (auto& [name, slices] : hand_masks(sh.seqlen))
       problems.push_back(Problem{name + " " + shape_label(sh), sh.seqlen, sh.seqlen, sh.hq, sh.hkv, sh.d, sh.dtype, slices});
-    for (const Pattern& pat : kPatterns) {
-      auto g = BuiltinProvider::instance().generate(pat.name, pat.params, sh.seqlen, 11);
-      ASSERT_EQ(g.status, LCA_OK) << pat.name << ": " << g.error;
-      problems.push_back(Problem{std::string(pat.name) + " " + shape_label(sh), sh.seqlen, sh.seqlen, sh.hq, sh.hkv,
+    for (const auto& [name, params] : patterns_near_1k()) {
+      auto g = BuiltinProvider::instance().generate(name, params, sh.seqlen, 11);
+      ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
+      problems.push_back(Problem{name + " " + shape_label(sh), sh.seqlen, sh.seqlen, sh.hq, sh.hkv,
                                  sh.d, sh.dtype,
                                  std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices)});
     }

@@ -28,14 +28,7 @@ bool covered(const lca_mask& m, int64_t q, int64_t k) {
 }
 
 void expect_exact(const lca_mask& m, const std::string& label) {
-  // Ground truth once, row-major over (q, k).
-  std::vector<char> truth(static_cast<size_t>(m.seqlen_q * m.seqlen_k), 0);
-  for (int64_t i = 0; i < m.num_slices; ++i) {
-    const lca_slice& s = m.slices[i];
-    for (int64_t q = s.q_begin; q < s.q_end; ++q)
-      for (int64_t k = s.k_begin; k < s.k_end; ++k)
-        if (lca::slice_contains(s, q, k)) truth[q * m.seqlen_k + k] = 1;
-  }
+  const std::vector<char> truth = lca::test::dense_truth(m);  // row-major over (q, k)
   for (auto [by_query, tile_rows] : {std::pair{true, 64}, std::pair{true, 128}, std::pair{false, 64}, std::pair{false, 128}}) {
     SCOPED_TRACE(label + (by_query ? " forward" : " backward") + " tile rows " + std::to_string(tile_rows));
     const TileSchedule s = build_schedule(m, by_query, tile_rows);

@@ -23,21 +23,10 @@ namespace {
 using lca_torch::DenseForm;
 using lca_torch_flex::FlexMask;
 
-std::vector<char> truth_of(const lca_mask& m) {
-  std::vector<char> t(static_cast<size_t>(m.seqlen_q * m.seqlen_k), 0);
-  for (int64_t i = 0; i < m.num_slices; ++i) {
-    const lca_slice& s = m.slices[i];
-    for (int64_t q = s.q_begin; q < s.q_end; ++q)
-      for (int64_t k = s.k_begin; k < s.k_end; ++k)
-        if (lca::slice_contains(s, q, k)) t[q * m.seqlen_k + k] = 1;
-  }
-  return t;
-}
-
 // Every cell, and every 128 x 128 block's classification, against the slices.
 void expect_exact(const lca_mask& m, const std::string& label) {
   SCOPED_TRACE(label);
-  const std::vector<char> truth = truth_of(m);
+  const std::vector<char> truth = dense_truth(m);
   const FlexMask f = lca_torch_flex::build_flex_mask(m, 16);
   int64_t wrong = 0;
   for (int64_t q = 0; q < m.seqlen_q; ++q)
@@ -131,7 +120,7 @@ TEST(DenseForm, FullAndCausalOnlyWhateverTheSlicing) {
       const DenseForm form = lca_torch::dense_form(*g.mask, &why);
       // Some patterns can coincide with full or causal (a prefix of the whole sequence, one
       // document): the cells decide.
-      const auto truth = truth_of(*g.mask);
+      const auto truth = dense_truth(*g.mask);
       bool full = true, causal = true;
       for (int64_t q = 0; q < seqlen; ++q)
         for (int64_t k = 0; k < seqlen; ++k) {

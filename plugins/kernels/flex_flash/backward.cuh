@@ -4,7 +4,7 @@
 // (Q, dO, LSE and delta double-buffered); dQ goes through shared memory (dS) and fp32 atomics.
 // A pre-pass computes delta = rowsum(dO * O), a post-pass scales dQ into the output dtype.
 // Used by launch_*.cu through run_backward<T, D>, which takes the wgmma kernel of
-// backward_sm90.cuh instead where LCA_FLEX_BACKWARD=sm90 asks for it on Hopper.
+// backward_sm90.cuh instead on Hopper, unless LCA_FLEX_BACKWARD=mma.
 // Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
 #pragma once
 

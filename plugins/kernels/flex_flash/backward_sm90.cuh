@@ -10,7 +10,7 @@
 //   dQ = dS K                             dS^T through shared memory (both warpgroups' keys),
 //                                         each warpgroup one half of the head dim (d128), fp32
 //                                         atomics into the accumulator of run_backward
-// Used by run_backward<T, D> (backward.cuh) when LCA_FLEX_BACKWARD=sm90, the GPU is sm_90 and
+// Used by run_backward<T, D> (backward.cuh) unless LCA_FLEX_BACKWARD=mma, where the GPU is sm_90 and
 // the schedule has 128-key tiles.
 // Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
 #pragma once
@@ -261,10 +261,10 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// Which backward runs on an sm_90 GPU, from LCA_FLEX_BACKWARD: "mma" (the default for now) or
-// "sm90" (this kernel; opt-in until it passes the GPU tests on a device).
+// Which backward runs on an sm_90 GPU, from LCA_FLEX_BACKWARD: "sm90" (the default: this kernel,
+// which passed the GPU tests on an H100) or "mma" (the portable mma.sync kernel).
 inline bool sm90_backward_available() {
-  static const bool asked = variant_env("LCA_FLEX_BACKWARD", "mma sm90") == "sm90";
+  static const bool asked = variant_env("LCA_FLEX_BACKWARD", "mma sm90") != "mma";
   return asked && sm90_device();
 }
 

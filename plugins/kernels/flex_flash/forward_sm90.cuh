@@ -290,15 +290,15 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 #endif
 }
 
-// Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: "mma" (the default for now: the
-// mma.sync kernel), "sm90" (the wgmma kernel, one tile at a time) or "sm90_overlap" (the wgmma
-// kernel with S of tile j issued beside P V of tile j - 1). The wgmma kernels are opt-in until
-// they pass the GPU tests on a device (see docs/kernels/NOTES.md, v5 and v6).
+// Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: "sm90_overlap" (the default: the
+// wgmma kernel with S of tile j issued beside P V of tile j - 1), "sm90" (the wgmma kernel, one
+// tile at a time) or "mma" (the portable mma.sync kernel). All three passed the GPU tests on an
+// H100 (docs/kernels/NOTES.md, v6).
 enum class ForwardChoice { mma, sm90, sm90_overlap };
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
     const std::string s = variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap");
-    return s == "sm90" ? ForwardChoice::sm90 : s == "sm90_overlap" ? ForwardChoice::sm90_overlap : ForwardChoice::mma;
+    return s == "mma" ? ForwardChoice::mma : s == "sm90" ? ForwardChoice::sm90 : ForwardChoice::sm90_overlap;
   }();
   return choice;
 }

@@ -5,7 +5,8 @@
 # through pinned memory on two ranks sharing GPU 0. Usage:
 #   tools/cp_gpu_dev.sh [MATRIX] [extra lcahost args...]
 # MATRIX defaults to cp-gpu-quick; MASKS (default: four masks) narrows it ("*" = all);
-# NP_MPI (default 2) is the rank count of the staged run; SKIP_TESTS=1 skips the tests;
+# NP_MPI (default 2) is the rank count of the staged run; SKIP_TESTS=1 skips the tests,
+# SKIP_BUILD=1 reuses build-gpu as it is;
 # STRATEGIES overrides the strategy list. Logs and results land in $OUT (or ./results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,13 +23,15 @@ t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DCUDNN_FRONTEND_INCLUDE_DIR="$PWD/.deps/cudnn_frontend/include" > "$out/configure.log" 2>&1 ||
-  { tail -30 "$out/configure.log"; exit 1; }
-cmake --build build-gpu -j"$(nproc)" --target lcahost lca_ulysses lca_ring_p2p lca_ring_allgather lca_usp \
-  lca_loongtrain lca_flex_flash lca_cuda_reference lca_cpu_reference lca_builtin test_cp_gpu test_cp_device \
-  > "$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
-stamp "build ok"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DCUDNN_FRONTEND_INCLUDE_DIR="$PWD/.deps/cudnn_frontend/include" > "$out/configure.log" 2>&1 ||
+    { tail -30 "$out/configure.log"; exit 1; }
+  cmake --build build-gpu -j"$(nproc)" --target lcahost lca_ulysses lca_ring_p2p lca_ring_allgather lca_usp \
+    lca_loongtrain lca_flex_flash lca_cuda_reference lca_cpu_reference lca_builtin test_cp_gpu test_cp_device \
+    > "$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
+  stamp "build ok"
+fi
 
 mpi=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE)
 if [ "${SKIP_TESTS:-0}" != 1 ]; then

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One device call that verifies every GPU part in turn, for a lease that allows few calls:
+# configure build-gpu once (Hopper, Release, torch peers where torch is found), build flex_flash's
+# targets, then build everything else in the background while flex_flash's SASS check and GPU
+# tests run under each kernel variant; then a flex_flash vs cudnn_sdpa timing run, the GPU CP
+# suite and the torch peers' tests, each only while time is left.
+# Usage: tools/dev/device_verify.sh [PHASES]  (default "flex time cp torch"; DEADLINE=seconds, 560)
+#   phases: flex (SASS check + tests under every variant; QUICK=1: the default variant only),
+#   time (flex_flash vs cudnn_sdpa, kernels-16k), cp (GPU CP suite), torch (the peers' tests, with
+#   a backtrace from cuda-gdb if the binary dies), peers (the peers beside flex_flash and
+#   cudnn_sdpa in one lcahost run, PEER_MASKS, default full,causal,causal_document).
+# Every log goes to results/device/ and, after each phase, into $OUT/logs.tgz (the device tool
+# brings back only a few files); the short summary is on stdout.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+phases=${1:-flex time cp torch}
+deadline=${DEADLINE:-560}
+final_out=${OUT:-results}
+work=results/device
+mkdir -p "$work" "$final_out"
+export OUT="$work" NCCL_NVLS_ENABLE=0
+t0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - t0 )); }
+left() { echo $(( deadline - $(elapsed) )); }
+stamp() { echo "[$(elapsed)s] $*"; }
+save() { tar czf "$final_out/logs.tgz" -C "$work" . 2>/dev/null; }
+has() { [[ " $phases " == *" $1 "* ]]; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv,noheader
+echo "root $PWD, $(nproc) cores, git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DCUDNN_FRONTEND_INCLUDE_DIR="$PWD/.deps/cudnn_frontend/include" -DLCA_WITH_TORCH=AUTO \
+  > "$work/configure.log" 2>&1 || { tail -30 "$work/configure.log"; save; exit 1; }
+grep -E "^-- lca: " "$work/configure.log" | sed 's/^-- /   /'
+stamp "configured"
+cmake --build build-gpu -j"$(nproc)" --target lcahost lca_flex_flash lca_cudnn_sdpa lca_cuda_reference \
+  lca_builtin lca_cpu_reference test_flex_flash > "$work/build-flex.log" 2>&1 ||
+  { grep -E "error|FAILED" -A5 "$work/build-flex.log" | head -40; save; exit 1; }
+stamp "flex_flash built"
+nice -n 10 cmake --build build-gpu -j"$(nproc)" > "$work/build-all.log" 2>&1 &
+build_all=$!
+
+if has flex && [ "${QUICK:-0}" = 1 ]; then
+  build-gpu/tests/gpu/flex_flash/test_flex_flash > "$work/test_flex_flash_default.log" 2>&1
+  echo "tests, default variant: $(grep -E "PASSED|FAILED TESTS" "$work/test_flex_flash_default.log" | tr '\n' ' ')"
+  stamp "flex_flash tests done"
+  save
+elif has flex; then
+  SKIP_BUILD=1 timeout "$(left)" bash tools/flex_dev.sh none
+  stamp "flex_flash tests done"
+  save
+fi
+wait "$build_all"
+build_status=$?
+stamp "full build exit $build_status"
+[ "$build_status" = 0 ] || grep -E "error|FAILED" -A5 "$work/build-all.log" | head -40
+save
+
+if has time && [ "$(left)" -gt 90 ]; then
+  # flex_flash's default kernels beside cudnn_sdpa, one run, same inputs.
+  masks=${TIME_MASKS:-full,causal,causal_document,sliding_window_causal,shared_question,block_sparse}
+  SKIP_BUILD=1 SKIP_TESTS=1 timeout "$(left)" \
+    bash tools/flex_dev.sh kernels-16k --masks "$masks" | tail -25
+  stamp "timing done"
+  save
+fi
+if has cp && [ "$(left)" -gt 60 ]; then
+  SKIP_BUILD=1 timeout "$(left)" bash tools/cp_gpu_dev.sh
+  stamp "cp done"
+  save
+fi
+if has torch && [ "$(left)" -gt 30 ]; then
+  SKIP_BUILD=1 timeout "$(left)" bash tools/torch_dev.sh none
+  stamp "torch tests done"
+  # A binary that died leaves no verdict: run torch_flex's cases again under cuda-gdb.
+  if ! grep -q "PASSED" results/torch_dev/test_torch_peers_Flex.log 2>/dev/null; then
+    if command -v cuda-gdb > /dev/null && [ "$(left)" -gt 60 ]; then
+      timeout 90 cuda-gdb -batch -ex run -ex bt --args build-gpu/tests/gpu/torch_peers/test_torch_peers \
+        --gtest_filter='*Flex*' > "$work/torch_peers_backtrace.log" 2>&1
+      grep -E "^#[0-9]+ " "$work/torch_peers_backtrace.log" | head -25 | cut -c1-200
+    fi
+  fi
+  save
+fi
+if has peers && [ "$(left)" -gt 60 ]; then
+  peers=$(ls build-gpu/plugins/ | sed -n 's/^liblca_\(torch_[a-z_]*\)\.so$/\1/p' | paste -sd, -)
+  timeout "$(left)" build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix kernels-16k \
+    --kernels "flex_flash,cudnn_sdpa,$peers" --masks "${PEER_MASKS:-full,causal,causal_document}" \
+    --out "$work/peers-kernels-16k.jsonl" 2>&1 | grep -v " X  " | tail -40
+  stamp "peers run done"
+  save
+fi
+stamp "end"
+save

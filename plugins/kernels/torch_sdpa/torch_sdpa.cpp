@@ -27,6 +27,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -470,6 +471,15 @@ class SdpaKernel final : public lca::IKernel {
 }  // namespace
 
 std::unique_ptr<lca::IKernel> make_kernel(const lca_host_info& host, Backend backend) {
+  // LibTorch cannot be unloaded and loaded again in one process (its static registrations and
+  // CUDA state outlive a dlclose; a later `import torch` in torch_flex then aborted with
+  // "free(): invalid pointer"), so once used, this plugin and with it LibTorch stay loaded.
+  static const bool pinned = [] {
+    Dl_info self{};
+    return dladdr(reinterpret_cast<void*>(&make_kernel), &self) != 0 && self.dli_fname != nullptr &&
+           dlopen(self.dli_fname, RTLD_NOW | RTLD_NODELETE | RTLD_NOLOAD) != nullptr;
+  }();
+  (void)pinned;
   return std::make_unique<SdpaKernel>(host, backend);
 }
 

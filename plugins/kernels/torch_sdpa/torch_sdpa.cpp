@@ -471,9 +471,9 @@ class SdpaKernel final : public lca::IKernel {
 }  // namespace
 
 std::unique_ptr<lca::IKernel> make_kernel(const lca_host_info& host, Backend backend) {
-  // LibTorch cannot be unloaded and loaded again in one process (its static registrations and
-  // CUDA state outlive a dlclose; a later `import torch` in torch_flex then aborted with
-  // "free(): invalid pointer"), so once used, this plugin and with it LibTorch stay loaded.
+  // LibTorch is not made to be unloaded and loaded again in one process (its static operator
+  // registrations and CUDA state outlive a dlclose), so once used, this plugin and with it
+  // LibTorch stay loaded, as they do in lcahost, which holds every library for the whole run.
   static const bool pinned = [] {
     Dl_info self{};
     return dladdr(reinterpret_cast<void*>(&make_kernel), &self) != 0 && self.dli_fname != nullptr &&

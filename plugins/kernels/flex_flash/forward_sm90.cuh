@@ -6,7 +6,7 @@
 // (wgmma, A from registers), the online softmax and the partial-tile masking run between them;
 // in the overlap variant the S of tile j is issued beside the P V of tile j - 1, so that the
 // softmax of tile j runs while the tensor cores do P V.
-// Used by launch_*.cu through run_forward<T, D> (forward.cuh) when LCA_FLEX_FORWARD asks for it,
+// Used by launch_*.cu through run_forward<T, D> (forward.cuh) unless LCA_FLEX_FORWARD=mma, where
 // the GPU is sm_90 and the schedule has 128-row tiles.
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
 // rows that see nothing get O = 0, LSE = -inf.

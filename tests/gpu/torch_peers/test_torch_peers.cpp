@@ -191,31 +191,52 @@ TEST_P(TorchSdpa, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Peers, TorchSdpa, ::testing::ValuesIn(sdpa_matrix()),
                          [](const auto& info) { return info.param.plugin + "_" + info.param.problem.name; });
 
-// Refusals happen in plan() before any torch call: they need no GPU.
+// A kernel of one plugin made without a GPU, for plan()'s refusals, which come before any torch
+// call. Destroyed with the object; the plugin stays loaded as long.
+class RefusingKernel {
+ public:
+  explicit RefusingKernel(const std::string& name) : plugin_(name) {
+    const lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, "{}", nullptr, nullptr};
+    created_ = vt().create(&host, &kernel_);
+  }
+  ~RefusingKernel() {
+    if (kernel_ != nullptr) vt().destroy(kernel_);
+  }
+  RefusingKernel(const RefusingKernel&) = delete;
+  RefusingKernel& operator=(const RefusingKernel&) = delete;
+
+  lca_status created() const { return created_; }
+  const char* last_error() const { return vt().last_error(); }
+  // plan() of p with no allocator and no stream; a refusal must leave no plan behind.
+  lca_status plan(const Problem& p) {
+    lca_allocator none{sizeof(lca_allocator), nullptr, nullptr, nullptr};
+    const lca_exec exec{sizeof(lca_exec), nullptr, &none, 0};
+    const lca_problem pr = problem_of(p);
+    const lca_mask mask = slice_mask(p);
+    lca_plan* plan = nullptr;
+    const lca_status status = vt().plan(kernel_, &pr, &mask, &exec, &plan);
+    if (status != LCA_OK) EXPECT_EQ(plan, nullptr);
+    return status;
+  }
+
+ private:
+  const lca_kernel_vtable& vt() const { return plugin_.kernel(); }
+  PluginHandle plugin_;
+  lca_kernel* kernel_ = nullptr;
+  lca_status created_ = LCA_OK;
+};
+
 TEST(TorchSdpaRefusal, MasksOtherThanFullAndCausalAreUnsupported) {
   for (const char* name : {"torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"}) {
     if (!built(name)) continue;
     SCOPED_TRACE(name);
-    PluginHandle plugin(name);
-    const lca_kernel_vtable& vt = plugin.kernel();
-    const lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, "{}", nullptr, nullptr};
-    lca_kernel* kernel = nullptr;
-    ASSERT_EQ(vt.create(&host, &kernel), LCA_OK) << vt.last_error();
-    lca_allocator none{sizeof(lca_allocator), nullptr, nullptr, nullptr};
-    const lca_exec exec{sizeof(lca_exec), nullptr, &none, 0};
-    const Problem window = make("window", 300, 4, 4, 64, LCA_DTYPE_BF16, mask_sliding_window(300, 32));
-    const lca_problem pr = problem_of(window);
-    const lca_mask mask = slice_mask(window);
-    lca_plan* plan = nullptr;
-    EXPECT_EQ(vt.plan(kernel, &pr, &mask, &exec, &plan), LCA_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(vt.last_error()).find("full and causal masks only"), std::string::npos) << vt.last_error();
-    EXPECT_EQ(plan, nullptr);
-    lca_problem f32 = pr;
-    f32.dtype = LCA_DTYPE_F32;
-    const Problem causal = make("causal", 300, 4, 4, 64, LCA_DTYPE_BF16, mask_causal(300));
-    const lca_mask causal_mask = slice_mask(causal);
-    EXPECT_EQ(vt.plan(kernel, &f32, &causal_mask, &exec, &plan), LCA_ERR_UNSUPPORTED);
-    vt.destroy(kernel);
+    RefusingKernel kernel(name);
+    ASSERT_EQ(kernel.created(), LCA_OK) << kernel.last_error();
+    EXPECT_EQ(kernel.plan(make("window", 300, 4, 4, 64, LCA_DTYPE_BF16, mask_sliding_window(300, 32))),
+              LCA_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(kernel.last_error()).find("full and causal masks only"), std::string::npos)
+        << kernel.last_error();
+    EXPECT_EQ(kernel.plan(make("causal", 300, 4, 4, 64, LCA_DTYPE_F32, mask_causal(300))), LCA_ERR_UNSUPPORTED);
   }
 }
 
@@ -285,28 +306,15 @@ TEST(TorchFlexBuiltin, EveryPatternMatchesCpuReference) {
 // Python starts, torch imports, and plan() refuses what it cannot run, without a GPU.
 TEST(TorchFlexRefusal, StartsPythonAndRefusesWithoutTouchingTheGpu) {
   LCA_SKIP_UNLESS_BUILT("torch_flex");
-  PluginHandle plugin("torch_flex");
-  const lca_kernel_vtable& vt = plugin.kernel();
-  const lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, "{}", nullptr, nullptr};
-  lca_kernel* kernel = nullptr;
-  ASSERT_EQ(vt.create(&host, &kernel), LCA_OK) << vt.last_error();
-  lca_allocator none{sizeof(lca_allocator), nullptr, nullptr, nullptr};
-  const lca_exec exec{sizeof(lca_exec), nullptr, &none, 0};
-  lca_plan* plan = nullptr;
+  RefusingKernel kernel("torch_flex");
+  ASSERT_EQ(kernel.created(), LCA_OK) << kernel.last_error();
   // f32 is outside the manifest.
-  Problem p = make("causal", 300, 4, 4, 64, LCA_DTYPE_F32, mask_causal(300));
-  lca_problem pr = problem_of(p);
-  lca_mask mask = slice_mask(p);
-  EXPECT_EQ(vt.plan(kernel, &pr, &mask, &exec, &plan), LCA_ERR_UNSUPPORTED);
+  EXPECT_EQ(kernel.plan(make("causal", 300, 4, 4, 64, LCA_DTYPE_F32, mask_causal(300))), LCA_ERR_UNSUPPORTED);
   // A row of 50 separate key ranges and no block-sparse form.
-  p = make("holes", 100, 4, 4, 64, LCA_DTYPE_BF16, {});
-  for (int64_t k = 0; k < 100; k += 2) p.slices.push_back(slice(0, 1, k, k + 1, LCA_SLICE_FULL));
-  pr = problem_of(p);
-  mask = slice_mask(p);
-  EXPECT_EQ(vt.plan(kernel, &pr, &mask, &exec, &plan), LCA_ERR_UNSUPPORTED);
-  EXPECT_NE(std::string(vt.last_error()).find("separate key ranges"), std::string::npos) << vt.last_error();
-  EXPECT_EQ(plan, nullptr);
-  vt.destroy(kernel);
+  Problem holes = make("holes", 100, 4, 4, 64, LCA_DTYPE_BF16, {});
+  for (int64_t k = 0; k < 100; k += 2) holes.slices.push_back(slice(0, 1, k, k + 1, LCA_SLICE_FULL));
+  EXPECT_EQ(kernel.plan(holes), LCA_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(kernel.last_error()).find("separate key ranges"), std::string::npos) << kernel.last_error();
 }
 
 }  // namespace

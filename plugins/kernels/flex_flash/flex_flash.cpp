@@ -105,8 +105,8 @@ class FlexFlash final : public lca::IKernel {
     lca_cuda_reference::validate_mask(mask, pr.seqlen_q, pr.seqlen_k);
     auto plan = std::make_unique<FlexPlan>();
     plan->problem = pr;
-    plan->fwd = upload(build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows), exec);
-    plan->bwd = upload(build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys), exec);
+    plan->fwd = upload(build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, wide_tile_speedup(true)), exec);
+    plan->bwd = upload(build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, wide_tile_speedup(false)), exec);
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
     return plan;
   }

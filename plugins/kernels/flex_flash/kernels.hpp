@@ -72,6 +72,11 @@ LCA_FLEX_DECLARE(LCA_DTYPE_F16, 64)
 LCA_FLEX_DECLARE(LCA_DTYPE_F16, 128)
 #undef LCA_FLEX_DECLARE
 
+// How much faster a cell of the mask runs in the kernel that takes 128-row tiles than in the one
+// that takes 64-row tiles, on the current GPU and kernel choice (LCA_FLEX_FORWARD/_BACKWARD):
+// plan() weighs the two schedules by it (build_adaptive_schedule).
+double wide_tile_speedup(bool forward);
+
 // dtype: lca_dtype (bf16 or f16); head_dim 64 or 128. Launch errors throw lca::Error.
 void launch_forward(int32_t dtype, int32_t head_dim, const FwdParams& p, void* stream);
 void launch_backward(int32_t dtype, int32_t head_dim, const BwdParams& p, void* stream);

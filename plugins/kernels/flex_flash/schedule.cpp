@@ -199,13 +199,13 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
   return s;
 }
 
-TileSchedule build_adaptive_schedule(const lca_mask& mask, bool by_query, int32_t wide_rows) {
+TileSchedule build_adaptive_schedule(const lca_mask& mask, bool by_query, int32_t wide_rows, double wide_speedup) {
   TileSchedule wide = build_schedule(mask, by_query, wide_rows);
   if (wide_rows == kTile) return wide;
   TileSchedule narrow = build_schedule(mask, by_query, kTile);
   const double cells_wide = double(wide.full_tiles + wide.partial_tiles) * wide.tile_rows;
   const double cells_narrow = double(narrow.full_tiles + narrow.partial_tiles) * narrow.tile_rows;
-  return cells_narrow < 0.8 * cells_wide ? narrow : wide;
+  return cells_narrow * wide_speedup < cells_wide ? narrow : wide;
 }
 
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col) {

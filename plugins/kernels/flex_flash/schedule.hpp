@@ -38,10 +38,13 @@ struct TileSchedule {
 // tile_rows: 64 or 128. The mask must already be validated (slices in bounds, known types).
 TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_rows = kTile);
 
-// The kernels' schedule: wide_rows-row tiles (they share each loaded tile between more MMAs),
-// unless 64-row tiles compute clearly fewer cells (masks that change within 64 rows: block-sparse
-// masks of 64-token blocks, many short documents).
-TileSchedule build_adaptive_schedule(const lca_mask& mask, bool by_query, int32_t wide_rows);
+// The kernels' schedule: wide_rows-row tiles, unless 64-row tiles take less time (masks that
+// change within 64 rows: block-sparse masks of 64-token blocks, many short documents). Time is
+// cells / rate: wide_speedup is how much faster a cell runs in the kernel of wide tiles than in
+// that of 64-row tiles (1.25 between the two mma.sync kernels, about 2-2.7 where the wide tiles
+// run the Hopper kernels; plan() asks wide_tile_speedup()).
+TileSchedule build_adaptive_schedule(const lca_mask& mask, bool by_query, int32_t wide_rows,
+                                     double wide_speedup = 1.25);
 
 // Does the schedule make (row, col) visible? For tests: walks the runs of row's tile.
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col);

@@ -132,5 +132,38 @@ TEST(FlexSchedule, TileRowsFollowTheMask) {
   EXPECT_EQ(lca_flex_flash::build_adaptive_schedule(*big.mask, false, 128).tile_rows, 64);
 }
 
+// The choice weighs cells by the speed of the kernel that would compute them: where the wide
+// kernels run a cell more than twice as fast (the Hopper kernels against mma.sync's 64-row ones),
+// 128-row tiles always win, since one holds at most twice the cells of the 64-row tiles it covers.
+// Just under or over 2x, a mask of 64-token blocks along the diagonal (every 128-row tile half
+// empty) flips the choice.
+TEST(FlexSchedule, TileRowsFollowThePredictedTime) {
+  auto& p = BuiltinProvider::instance();
+  using lca_flex_flash::build_adaptive_schedule;
+  for (const auto& [name, params] : lca::test::patterns_near_1k()) {
+    auto g = p.generate(name, params, 2048, 5);
+    ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
+    for (bool by_query : {true, false}) {
+      const TileSchedule wide = build_schedule(*g.mask, by_query, 128);
+      const TileSchedule narrow = build_schedule(*g.mask, by_query, 64);
+      const int64_t cells_wide = (wide.full_tiles + wide.partial_tiles) * 128;
+      const int64_t cells_narrow = (narrow.full_tiles + narrow.partial_tiles) * 64;
+      EXPECT_LE(cells_wide, 2 * cells_narrow) << name;
+      EXPECT_EQ(build_adaptive_schedule(*g.mask, by_query, 128, 2.69).tile_rows, 128) << name;
+      EXPECT_EQ(build_adaptive_schedule(*g.mask, by_query, 128, 1.25).tile_rows,
+                cells_narrow * 1.25 < double(cells_wide) ? 64 : 128)
+          << name;
+    }
+  }
+  const int64_t s = 4096;
+  std::vector<lca_slice> blocks;
+  for (int64_t b = 0; b < s; b += 64) blocks.push_back(lca_slice{b, b + 64, b, b + 64, LCA_SLICE_FULL, 0});
+  const lca_mask diagonal{sizeof(lca_mask), s, s, static_cast<int64_t>(blocks.size()), blocks.data(), nullptr, 0, nullptr};
+  for (bool by_query : {true, false}) {
+    EXPECT_EQ(build_adaptive_schedule(diagonal, by_query, 128, 1.9).tile_rows, 64);
+    EXPECT_EQ(build_adaptive_schedule(diagonal, by_query, 128, 2.1).tile_rows, 128);
+  }
+}
+
 }  // namespace
 }  // namespace lca::test

@@ -1,0 +1,23 @@
+// wide_tile_speedup (kernels.hpp): the per-cell speed of the 128-row kernels over the 64-row ones.
+#include "backward.cuh"
+#include "forward.cuh"
+
+namespace lca_flex_flash {
+
+namespace {
+// Measured on an H100 (docs/kernels/NOTES.md, v6/v7 and v8), TFLOP/s a cell of the mask at 16K,
+// head_dim 128: the Hopper kernels on 128-row tiles (full mask) against the mma.sync kernels on
+// 64-row tiles (block_sparse, whose 64-token blocks those tiles fit exactly).
+constexpr double kSm90Forward = 555.0, kMma64Forward = 206.0;
+constexpr double kSm90Backward = 391.0, kMma64Backward = 196.0;
+// Between the two mma.sync kernels (v3): 128-row tiles share each loaded K/V tile between twice
+// the MMAs, worth about a quarter.
+constexpr double kMmaWideOverNarrow = 1.25;
+}  // namespace
+
+double wide_tile_speedup(bool forward) {
+  if (forward) return dev::sm90_available() ? kSm90Forward / kMma64Forward : kMmaWideOverNarrow;
+  return dev::sm90_backward_available() ? kSm90Backward / kMma64Backward : kMmaWideOverNarrow;
+}
+
+}  // namespace lca_flex_flash

@@ -5,7 +5,9 @@
 // consumers, 64 query rows each, Q held in registers: S = Q K^T and O += P V are warpgroup MMAs
 // (wgmma, A from registers), the online softmax and the partial-tile masking run between them;
 // in the overlap variant the S of tile j is issued beside the P V of tile j - 1, so that the
-// softmax of tile j runs while the tensor cores do P V.
+// softmax of tile j runs while the tensor cores do P V; in the pingpong variant the two consumers
+// also take turns to issue their GEMMs (named barriers), so that one's softmax runs while the
+// other's GEMMs are on the tensor cores.
 // Used by launch_*.cu through run_forward<T, D> (forward.cuh) unless LCA_FLEX_FORWARD=mma, where
 // the GPU is sm_90 and the schedule has 128-row tiles.
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
@@ -47,7 +49,7 @@ struct Sm90Layout {
   static constexpr int kThreads = 384;
 };
 
-template <class T, int D, bool kOverlap>
+template <class T, int D, bool kOverlap, bool kPingpong>
 __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Sm90Layout<T, D, kOverlap ? 3 : 2>;
@@ -216,6 +218,18 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 
   TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
   float alpha[2];
+  // Pingpong: consumer c issues its GEMMs only on its turn (named barrier 1 + c, which the other
+  // consumer arrives at after issuing its own), consumer 0 first. Both walk the same tiles, so
+  // their turns alternate strictly; consumer 1 skips the arrive after its last issue, which no
+  // turn of consumer 0 waits for.
+  auto take_turn = [&] {
+    if constexpr (kPingpong) sm90::named_sync(1 + c, 256);
+  };
+  auto pass_turn = [&](bool last) {
+    if constexpr (kPingpong) {
+      if (!(last && c == 1)) sm90::named_arrive(2 - c, 256);
+    }
+  };
   if constexpr (!kOverlap) {
     // One tile at a time: S, softmax, P V, each waited for.
     for (int it = 0; cur.valid(); ++it, cur.next()) {
@@ -236,8 +250,13 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   } else if (cur.valid()) {
     // Software pipelined: S of tile it is issued together with P V of tile it - 1, and the
     // softmax of tile it runs while that P V is on the tensor cores.
+    if constexpr (kPingpong) {
+      if (c == 1) sm90::named_arrive(1, 256);  // consumer 0 goes first
+    }
     sm90::mbar_wait(full_k(0), 0);
+    take_turn();
     issue_s(0);
+    pass_turn(false);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(sc);
     softmax(cur.mask(), alpha);  // O is zero: nothing to rescale
@@ -247,9 +266,18 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     for (int it = 1; cur.valid(); ++it, cur.next()) {
       const int s = stage_of(it);
       sm90::mbar_wait(full_k(s), parity_of(it));
-      issue_s(s);
-      sm90::mbar_wait(full_v(stage_of(prev)), parity_of(prev));
-      issue_pv(stage_of(prev));
+      if constexpr (kPingpong) {
+        // Both tiles landed before the turn is taken: a turn is never held waiting for TMA.
+        sm90::mbar_wait(full_v(stage_of(prev)), parity_of(prev));
+        take_turn();
+        issue_s(s);
+        issue_pv(stage_of(prev));
+        pass_turn(false);
+      } else {
+        issue_s(s);
+        sm90::mbar_wait(full_v(stage_of(prev)), parity_of(prev));
+        issue_pv(stage_of(prev));
+      }
       sm90::wgmma_wait<1>();  // S of tile it
       sm90::fence_regs(sc);
       softmax(cur.mask(), alpha);
@@ -261,7 +289,9 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       prev = it;
     }
     sm90::mbar_wait(full_v(stage_of(prev)), parity_of(prev));
+    take_turn();
     issue_pv(stage_of(prev));
+    pass_turn(true);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o);
     sm90::mbar_arrive(empty(stage_of(prev)));
@@ -291,25 +321,29 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 }
 
 // Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: "sm90_overlap" (the default: the
-// wgmma kernel with S of tile j issued beside P V of tile j - 1), "sm90" (the wgmma kernel, one
-// tile at a time) or "mma" (the portable mma.sync kernel). All three passed the GPU tests on an
+// wgmma kernel with S of tile j issued beside P V of tile j - 1), "sm90_pingpong" (that, with the
+// two consumers taking turns to issue; v8), "sm90" (the wgmma kernel, one tile at a time) or
+// "mma" (the portable mma.sync kernel). mma, sm90 and sm90_overlap passed the GPU tests on an
 // H100 (docs/kernels/NOTES.md, v6).
-enum class ForwardChoice { mma, sm90, sm90_overlap };
+enum class ForwardChoice { mma, sm90, sm90_overlap, sm90_pingpong };
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
-    const std::string s = variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap");
-    return s == "mma" ? ForwardChoice::mma : s == "sm90" ? ForwardChoice::sm90 : ForwardChoice::sm90_overlap;
+    const std::string s = variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap sm90_pingpong");
+    return s == "mma"             ? ForwardChoice::mma
+           : s == "sm90"          ? ForwardChoice::sm90
+           : s == "sm90_pingpong" ? ForwardChoice::sm90_pingpong
+                                  : ForwardChoice::sm90_overlap;
   }();
   return choice;
 }
 
-template <class T, int D, bool kOverlap>
+template <class T, int D, bool kOverlap, bool kPingpong>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
   using L = Sm90Layout<T, D, kOverlap ? 3 : 2>;
-  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_sm90_kernel<T, D, kOverlap>,
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_sm90_kernel<T, D, kOverlap, kPingpong>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
-  forward_sm90_kernel<T, D, kOverlap><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  forward_sm90_kernel<T, D, kOverlap, kPingpong><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
 }
 
@@ -321,8 +355,11 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, L::kRows, "q");
   maps.k = make_thd_map<T>(p.k, D, heads_kv, p.seqlen_k, p.k_head, p.k_tok, kTile, "k");
   maps.v = make_thd_map<T>(p.v, D, heads_kv, p.seqlen_k, p.v_head, p.v_tok, kTile, "v");
-  if (forward_choice() == ForwardChoice::sm90_overlap) launch_forward_sm90_variant<T, D, true>(p, maps, stream);
-  else launch_forward_sm90_variant<T, D, false>(p, maps, stream);
+  switch (forward_choice()) {
+    case ForwardChoice::sm90_pingpong: return launch_forward_sm90_variant<T, D, true, true>(p, maps, stream);
+    case ForwardChoice::sm90: return launch_forward_sm90_variant<T, D, false, false>(p, maps, stream);
+    default: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
+  }
 }
 
 // The wgmma kernel runs where it was asked for (forward_choice) and can run (sm90_device).

@@ -8,7 +8,10 @@
 #   phases: flex (SASS check + tests under every variant; QUICK=1: the default variant only),
 #   time (flex_flash vs cudnn_sdpa, kernels-16k), cp (GPU CP suite), torch (the peers' tests, with
 #   a backtrace from cuda-gdb if the binary dies), peers (the peers beside flex_flash and
-#   cudnn_sdpa in one lcahost run, PEER_MASKS, default full,causal,causal_document).
+#   cudnn_sdpa in one lcahost run, PEER_MASKS, default full,causal,causal_document), pingpong (tests
+#   and a timing run under LCA_FLEX_FORWARD=sm90_pingpong), torchdiag (the libraries and symbol
+#   bindings of the torch peers' test process, LD_DEBUG), long512 (long-512k-all with
+#   LONG_KERNELS, default flex_flash).
 # Every log goes to results/device/ and, after each phase, into $OUT/logs.tgz (the device tool
 # brings back only a few files); the short summary is on stdout.
 set -uo pipefail
@@ -80,6 +83,62 @@ if has torch && [ "$(left)" -gt 30 ]; then
       grep -E "^#[0-9]+ " "$work/torch_peers_backtrace.log" | head -25 | cut -c1-200
     fi
   fi
+  save
+fi
+if has pingpong && [ "$(left)" -gt 60 ]; then
+  # The forward variant on trial (LCA_FLEX_FORWARD=sm90_pingpong): the GPU tests, then a timing run
+  # beside cudnn_sdpa, right after the default's (the two runs share the machine, not the process).
+  LCA_FLEX_FORWARD=sm90_pingpong build-gpu/tests/gpu/flex_flash/test_flex_flash > "$work/test_flex_flash_pingpong.log" 2>&1
+  echo "tests, sm90_pingpong: $(grep -E "PASSED|FAILED TESTS" "$work/test_flex_flash_pingpong.log" | tr '\n' ' ')"
+  grep -E "FAILED  \]" "$work/test_flex_flash_pingpong.log" | cut -c1-110 | head -10
+  if grep -q PASSED "$work/test_flex_flash_pingpong.log" && [ "$(left)" -gt 60 ]; then
+    LCA_FLEX_FORWARD=sm90_pingpong timeout "$(left)" build-gpu/bin/lcahost --plugins build-gpu/plugins \
+      --matrix kernels-16k --kernels flex_flash,cudnn_sdpa --masks "${PINGPONG_MASKS:-full,causal,causal_document}" \
+      --out "$work/flex-kernels-16k-pingpong.jsonl" 2>&1 | tee "$work/run-pingpong.log" | grep -v " X  " | tail -12
+  fi
+  stamp "pingpong done"
+  save
+fi
+if has torchdiag && [ "$(left)" -gt 60 ]; then
+  # Why torch_flex's first plan() aborts after the SDPA peers ran in the same process: which
+  # libstdc++ copies the process maps, and who binds std::locale's destructor to which.
+  bin=build-gpu/tests/gpu/torch_peers/test_torch_peers
+  diag="$work/torchdiag.txt"
+  {
+    echo "== LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    cat /etc/ld.so.conf /etc/ld.so.conf.d/* 2>/dev/null | grep -v '^#'
+    ls -la /opt/gcc/lib64/libstdc++.so* /lib/x86_64-linux-gnu/libstdc++.so* 2>&1
+    echo "== ldd test_torch_peers"; ldd "$bin" | grep -E "stdc|gcc_s|python|torch|c10"
+    for so in build-gpu/plugins/liblca_torch_sdpa_flash.so build-gpu/plugins/liblca_torch_flex.so; do
+      echo "== $so"; readelf -d "$so" | grep -E "NEEDED|RPATH|RUNPATH"
+      echo "defined std::locale symbols: $(nm -DC --defined-only "$so" | grep -c 'std::locale')"
+      ldd "$so" | grep -E "stdc|gcc_s"
+    done
+    tp=$(ls /opt/torch/.venv/lib/python3*/site-packages/torch/lib/libtorch_python.so 2>/dev/null | head -1)
+    [ -n "$tp" ] && { echo "== $tp"; readelf -d "$tp" | grep -E "NEEDED|RPATH|RUNPATH"; }
+  } > "$diag" 2>&1
+  rm -f "$work"/ld.*
+  LD_DEBUG=files,bindings LD_DEBUG_OUTPUT="$work/ld" timeout 240 "$bin" \
+    --gtest_filter='TorchSdpaRefusal.*:TorchFlexBuiltin.*' > "$work/torchdiag_run.log" 2>&1
+  echo "torchdiag run exit $? ($(tail -1 "$work/torchdiag_run.log"))"
+  {
+    echo "== libstdc++ / libgcc_s loads"; grep -h "file=.*\(libstdc\|libgcc_s\)" "$work"/ld.* | sort | uniq -c | head -20
+    echo "== who binds std::locale's destructors, to which"
+    grep -h "_ZNSt6localeD[12]Ev\|_ZNSt6locale5_ImplD[12]Ev" "$work"/ld.* | sed 's/^ *[0-9]*: *//' | sort | uniq -c | sort -rn | head -40
+    echo "== fini calls (unloads)"; grep -h "calling fini" "$work"/ld.* | head -40
+  } >> "$diag" 2>&1
+  rm -f "$work"/ld.*
+  sed -n '/== libstdc/,$p' "$diag" | head -60 | cut -c1-220
+  stamp "torchdiag done"
+  save
+fi
+if has long512 && [ "$(left)" -gt 60 ]; then
+  # Does every pattern fit at 512K (flex_flash, fwd and bwd, one repeat)? --resume goes on after a cut.
+  f="$work/flex-long-512k-all.jsonl"
+  if [ -f "$f" ]; then io=(--resume "$f"); else io=(--out "$f"); fi
+  timeout "$(left)" build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix long-512k-all \
+    --kernels "${LONG_KERNELS:-flex_flash}" "${io[@]}" 2>&1 | tee -a "$work/run-long512.log" | tail -32
+  stamp "long512 done"
   save
 fi
 if has peers && [ "$(left)" -gt 60 ]; then

@@ -87,19 +87,28 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   [ -x "$build/tests/unit/torch_masks/test_torch_masks" ] &&
     { "$build/tests/unit/torch_masks/test_torch_masks" > "$keep/test_torch_masks.log" 2>&1; tail -1 "$keep/test_torch_masks.log" | sed 's/^/   test_torch_masks: /'; }
   if [ -x "$build/tests/gpu/torch_peers/test_torch_peers" ]; then
-    # The SDPA peers (LibTorch) and torch_flex (embedded Python) in two processes: in one process,
-    # torch_flex's `import torch` after the SDPA plugins had loaded LibTorch aborted in
-    # THPDevice_type ("free(): invalid pointer", 2026-11-23; lcahost with all six kernels in one
-    # process ran), and an abort would hide every later verdict. ctest runs each case alone anyway.
-    for family in Sdpa Flex; do
-      log="$keep/test_torch_peers_$family.log"
-      "$build/tests/gpu/torch_peers/test_torch_peers" --gtest_filter="*${family}*${GTEST_FILTER:+:$GTEST_FILTER}" > "$log" 2>&1
-      echo "   test_torch_peers ($family) exit $?"
+    # Every case in one process, as lcahost runs the peers: the SDPA plugins (LibTorch) first, then
+    # torch_flex (embedded Python importing torch). If that process dies, the two families run
+    # again apart, so that an abort hides no verdict of the other family.
+    summarize() {
       # One line of errors per case ([plugin] name o .. lse .. dq ..), failures, the verdict.
-      grep -E "^\[(torch_[a-z_]+)\]|FAILED|Failure|PASSED|error|free\(\)" "$log" | head -120
+      grep -E "^\[(torch_[a-z_]+)\]|FAILED|Failure|PASSED|error|free\(\)" "$1" | head -120
       # Skips: SDPA's dispatcher refusing a shape (the reason follows), or no GPU.
-      grep -E "refused:|no CUDA device" "$log" | sort | uniq -c | head -20
-    done
+      grep -E "refused:|no CUDA device" "$1" | sort | uniq -c | head -20
+    }
+    log="$keep/test_torch_peers.log"
+    "$build/tests/gpu/torch_peers/test_torch_peers" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$log" 2>&1
+    status=$?
+    echo "   test_torch_peers (one process) exit $status"
+    summarize "$log"
+    if [ "$status" -gt 1 ]; then
+      for family in Sdpa Flex; do
+        log="$keep/test_torch_peers_$family.log"
+        "$build/tests/gpu/torch_peers/test_torch_peers" --gtest_filter="*${family}*${GTEST_FILTER:+:$GTEST_FILTER}" > "$log" 2>&1
+        echo "   test_torch_peers ($family alone) exit $?"
+        summarize "$log"
+      done
+    fi
   else
     echo "   test_torch_peers not built (no torch peer was)"
   fi

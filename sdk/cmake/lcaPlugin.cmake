@@ -1,7 +1,9 @@
 # lca_add_plugin(NAME <name> MANIFEST <file.json> SOURCES <src...>
 #                [OUTPUT_DIR <dir>] [DATA <files...>] [LIBRARIES <targets...>] [NO_INSTALL])
-# Builds lib<lca_NAME>.so as a MODULE with hidden visibility (only lca_plugin_entry is exported)
-# and puts the manifest (and DATA files, under data/) beside it, in the build tree and on install.
+# Builds lib<lca_NAME>.so as a MODULE that exports lca_plugin_entry and nothing else (hidden
+# visibility for its own code, and on Linux a linker version script for what static archives
+# bring in) and puts the manifest (and DATA files, under data/) beside it, in the build tree and on
+# install.
 # NO_INSTALL: build tree only, no install rules (test fixtures, deliberately broken plugins).
 include_guard(GLOBAL)
 
@@ -28,6 +30,20 @@ function(lca_add_plugin)
     CUDA_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON
     LIBRARY_OUTPUT_DIRECTORY ${P_OUTPUT_DIR})
+  # Hidden visibility does not reach code from static archives: a toolchain that links libstdc++
+  # statically (some do by default) would export that copy of it, and a library loaded in the
+  # plugin's scope (LibTorch, loaded by the torch_sdpa plugins) would then bind part of its
+  # libstdc++ calls to the plugin's copy and part to the shared one: std::locale's reference
+  # counts then cross the two copies and free() aborts. The version script keeps every symbol but
+  # the entry point inside the plugin.
+  if(UNIX AND NOT APPLE)
+    set(exports ${CMAKE_BINARY_DIR}/lca_plugin_exports.map)
+    if(NOT EXISTS ${exports})
+      file(WRITE ${exports} "{\n  global: lca_plugin_entry;\n  local: *;\n};\n")
+    endif()
+    target_link_options(${target} PRIVATE "LINKER:--version-script=${exports}")
+    set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${exports})
+  endif()
   get_filename_component(manifest_name ${manifest_abs} NAME)
   add_custom_command(TARGET ${target} POST_BUILD
     COMMAND ${CMAKE_COMMAND} -E copy_if_different ${manifest_abs} ${P_OUTPUT_DIR}/${manifest_name}

@@ -76,7 +76,7 @@ if has torch && [ "$(left)" -gt 30 ]; then
   SKIP_BUILD=1 timeout "$(left)" bash tools/torch_dev.sh none
   stamp "torch tests done"
   # A binary that died leaves no verdict: run torch_flex's cases again under cuda-gdb.
-  if ! grep -q "PASSED" results/torch_dev/test_torch_peers_Flex.log 2>/dev/null; then
+  if grep -q "free()\|Aborted\|Segmentation" results/torch_dev/test_torch_peers*.log 2>/dev/null; then
     if command -v cuda-gdb > /dev/null && [ "$(left)" -gt 60 ]; then
       timeout 90 cuda-gdb -batch -ex run -ex bt --args build-gpu/tests/gpu/torch_peers/test_torch_peers \
         --gtest_filter='*Flex*' > "$work/torch_peers_backtrace.log" 2>&1

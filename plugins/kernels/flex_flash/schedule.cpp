@@ -1,8 +1,9 @@
 // Tile classification: for each row tile, every slice that reaches it contributes the column
 // tiles it touches and, when it covers all 64 rows of the tile, those it covers completely. A
 // tile covered completely by one slice and touched by no other is full; any other touched tile
-// is partial and gets a bitmask rasterized row by row from the slices. Memory is O(runs +
-// partial tiles), never O(tiles^2).
+// is partial and gets a bitmask rasterized row by row from the slices; a partial tile whose
+// bitmask turns out all ones is full, and tiles with equal bitmasks share one. Memory is O(runs +
+// distinct bitmasks), never O(tiles^2).
 #include "schedule.hpp"
 
 #include "../cuda_reference/slice_lists.hpp"
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <unordered_map>
 
 namespace lca_flex_flash {
 
@@ -79,6 +81,31 @@ bool reach_of(const lca_slice& s, bool by_query, int64_t r0, int64_t r1, bool wh
   return true;
 }
 
+// Each distinct partial-tile bitmask once: tiles with the same pattern (the diagonal tiles of a
+// causal mask, the half-tile blocks of a block-sparse one) share it, so that the bitmasks take
+// memory by distinct pattern, not by tile (a 512K block-sparse mask has ~25M partial 128x64
+// tiles: 25 GiB of bitmasks unshared, a few KiB shared).
+class PatternStore {
+ public:
+  // The index (in patterns of `words` words) of `pattern` in `bits`, appended if new.
+  int32_t intern(const uint64_t* pattern, int64_t words, std::vector<uint64_t>& bits) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+    for (int64_t i = 0; i < words; ++i) h = (h ^ pattern[i]) * 1099511628211ull;
+    auto [lo, hi] = index_.equal_range(h);
+    for (auto it = lo; it != hi; ++it)
+      if (std::equal(pattern, pattern + words, bits.data() + static_cast<size_t>(it->second) * words)) return it->second;
+    const int64_t index = static_cast<int64_t>(bits.size()) / words;
+    lca::require(index < std::numeric_limits<int32_t>::max(), LCA_ERR_UNSUPPORTED,
+                 "flex_flash: too many distinct partial-tile patterns for 32-bit mask indices");
+    bits.insert(bits.end(), pattern, pattern + words);
+    index_.emplace(h, static_cast<int32_t>(index));
+    return static_cast<int32_t>(index);
+  }
+
+ private:
+  std::unordered_multimap<uint64_t, int32_t> index_;
+};
+
 void set_bits(uint64_t* word, int64_t lo, int64_t hi) {
   if (hi <= lo) return;
   const uint64_t upper = hi >= 64 ? ~uint64_t{0} : ((uint64_t{1} << hi) - 1);
@@ -126,6 +153,8 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
   std::vector<std::pair<int32_t, int32_t>> events;  // (column tile, delta code)
   std::vector<int32_t> touching;
   std::vector<Reach> reaches;
+  std::vector<uint64_t> scratch;  // the bitmasks of the tiles being classified
+  PatternStore patterns;
   for (int32_t t = 0; t < s.row_tiles; ++t) {
     const int64_t r0 = int64_t{t} * R, r1 = std::min(r0 + R, s.rows);
     const bool whole = r1 - r0 == R;
@@ -165,14 +194,12 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
         else s.runs.push_back(TileRun{x, y, -1, 0});
         s.full_tiles += y - x;
       } else {
-        const int32_t first_mask = static_cast<int32_t>(s.partial_tiles);
-        lca::require(s.partial_tiles + (y - x) < (int64_t{1} << 31), LCA_ERR_UNSUPPORTED,
-                     "flex_flash: too many partial tiles for 32-bit mask indices");
-        if (prev != nullptr && prev->mask >= 0 && prev->end == x) prev->end = y;
-        else s.runs.push_back(TileRun{x, y, first_mask, 0});
-        s.partial_tiles += y - x;
-        s.bits.resize(static_cast<size_t>(s.partial_tiles) * R, 0);
-        // Rasterize the new partial tiles [x, y) from every slice that reaches them.
+        // Rasterize the touched tiles [x, y) from every slice that reaches them, then give each
+        // its pattern: a tile that every row and column of sees completely is full after all
+        // (two half-tile blocks of a block-sparse mask, say), any other pattern is stored once
+        // and shared by every tile that has it.
+        const int32_t n = y - x;
+        scratch.assign(static_cast<size_t>(n) * R, 0);
         for (size_t i = 0; i < touching.size(); ++i) {
           if (reaches[i].touch_end <= x || reaches[i].touch_begin >= y) continue;
           const lca_slice& sl = mask.slices[touching[i]];
@@ -183,10 +210,27 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
             const int64_t c1 = std::min<int64_t>(c.end, int64_t{y} * kTileCols);
             for (int64_t col_tile = c0 / kTileCols; col_tile * kTileCols < c1; ++col_tile) {
               const int64_t base = col_tile * kTileCols;
-              uint64_t* word = &s.bits[(static_cast<size_t>(first_mask) + (col_tile - x)) * R + (row - r0)];
+              uint64_t* word = &scratch[static_cast<size_t>(col_tile - x) * R + (row - r0)];
               set_bits(word, std::max(c0, base) - base, std::min(c1, base + kTileCols) - base);
             }
           }
+        }
+        for (int32_t i = 0; i < n; ++i) {
+          const uint64_t* pattern = &scratch[static_cast<size_t>(i) * R];
+          const int32_t col = x + i;
+          TileRun* last = s.runs.size() > static_cast<size_t>(s.run_offsets[t]) ? &s.runs.back() : nullptr;
+          const bool inside = whole && (int64_t{col} + 1) * kTileCols <= s.cols;
+          if (inside && std::all_of(pattern, pattern + R, [](uint64_t w) { return w == ~uint64_t{0}; })) {
+            if (last != nullptr && last->mask < 0 && last->end == col) ++last->end;
+            else s.runs.push_back(TileRun{col, col + 1, -1, 0});
+            ++s.full_tiles;
+            continue;
+          }
+          const int32_t index = patterns.intern(pattern, R, s.bits);
+          if (last != nullptr && last->mask >= 0 && last->end == col && last->mask + (last->end - last->begin) == index)
+            ++last->end;
+          else s.runs.push_back(TileRun{col, col + 1, index, 0});
+          ++s.partial_tiles;
         }
       }
       cost[t] += y - x;

@@ -16,7 +16,8 @@ constexpr int kTileCols = kTile;
 
 // Column tiles [begin, end) of one row tile. mask < 0: every tile is fully visible. Otherwise
 // tile begin + i has its bitmask at bits[(mask + i) * tile_rows .. + tile_rows): word r holds
-// the visibility of row r of the tile, bit c that of column c.
+// the visibility of row r of the tile, bit c that of column c. Tiles with equal bitmasks share
+// one (runs of any row tile may point at the same bits).
 struct TileRun {
   int32_t begin, end;
   int32_t mask;
@@ -29,7 +30,7 @@ struct TileSchedule {
   int32_t row_tiles = 0, col_tiles = 0;
   std::vector<int32_t> run_offsets;  // row tile t owns runs[run_offsets[t] .. run_offsets[t+1])
   std::vector<TileRun> runs;
-  std::vector<uint64_t> bits;   // tile_rows words per partial tile
+  std::vector<uint64_t> bits;   // tile_rows words per distinct partial-tile bitmask
   std::vector<int32_t> order;   // row tiles, most tiles first (the launch order)
   int64_t full_tiles = 0, partial_tiles = 0;
 };

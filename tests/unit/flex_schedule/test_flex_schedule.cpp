@@ -62,7 +62,12 @@ void expect_exact(const lca_mask& m, const std::string& label) {
     }
     EXPECT_EQ(full, s.full_tiles);
     EXPECT_EQ(partial, s.partial_tiles);
-    EXPECT_EQ(s.bits.size(), static_cast<size_t>(partial) * tile_rows);
+    // Bitmasks are shared between tiles with the same pattern: at most one per partial tile,
+    // and every run's masks lie inside the store.
+    EXPECT_LE(s.bits.size(), static_cast<size_t>(partial) * tile_rows);
+    EXPECT_EQ(s.bits.size() % tile_rows, 0u);
+    for (const auto& run : s.runs)
+      if (run.mask >= 0) ASSERT_LE(static_cast<size_t>(run.mask + run.end - run.begin) * tile_rows, s.bits.size());
     std::vector<int32_t> sorted = s.order;
     std::sort(sorted.begin(), sorted.end());
     for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(sorted[t], t) << "the order is not a permutation";
@@ -130,6 +135,22 @@ TEST(FlexSchedule, TileRowsFollowTheMask) {
   auto big = p.generate("block_sparse", R"({"sparsity":0.3})", s, 42);
   EXPECT_EQ(lca_flex_flash::build_adaptive_schedule(*big.mask, true, 128).tile_rows, 64);
   EXPECT_EQ(lca_flex_flash::build_adaptive_schedule(*big.mask, false, 128).tile_rows, 64);
+}
+
+// A 128K block-sparse mask (64-token blocks, half of them kept) on 128-row tiles: ~1.5M partial
+// tiles, whose bitmasks are one of two patterns (the upper or the lower 64 rows); tiles where
+// both halves are kept are full. Unshared, the bitmasks would take 1.5 GiB here and ~25 GiB at 512K.
+TEST(FlexSchedule, BlockSparseBitmasksAreSharedAndDoubleBlocksAreFull) {
+  auto& p = BuiltinProvider::instance();
+  auto g = p.generate("block_sparse", "{}", 128 * 1024, 3);
+  ASSERT_EQ(g.status, LCA_OK) << g.error;
+  for (bool by_query : {true, false}) {
+    const TileSchedule s = build_schedule(*g.mask, by_query, 128);
+    EXPECT_GT(s.partial_tiles, 1000000);
+    EXPECT_GT(s.full_tiles, 500000);  // both 64-row halves kept: a quarter of the tiles
+    EXPECT_EQ(s.bits.size(), 2u * 128) << "distinct bitmasks: the upper and the lower half";
+    EXPECT_LE(static_cast<int64_t>(s.runs.size()), s.full_tiles + s.partial_tiles);
+  }
 }
 
 // The choice weighs cells by the speed of the kernel that would compute them: where the wide

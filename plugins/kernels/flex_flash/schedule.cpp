@@ -235,6 +235,8 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
       }
       cost[t] += y - x;
     }
+    lca::require(s.runs.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()), LCA_ERR_UNSUPPORTED,
+                 "flex_flash: the mask needs more tile runs than 32-bit run offsets hold");
     s.run_offsets[t + 1] = static_cast<int32_t>(s.runs.size());
   }
   s.order.resize(static_cast<size_t>(s.row_tiles));

@@ -323,8 +323,8 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 // Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: "sm90_overlap" (the default: the
 // wgmma kernel with S of tile j issued beside P V of tile j - 1), "sm90_pingpong" (that, with the
 // two consumers taking turns to issue; v8), "sm90" (the wgmma kernel, one tile at a time) or
-// "mma" (the portable mma.sync kernel). mma, sm90 and sm90_overlap passed the GPU tests on an
-// H100 (docs/kernels/NOTES.md, v6).
+// "mma" (the portable mma.sync kernel). All four passed the GPU tests on an H100
+// (docs/kernels/NOTES.md, v6 and v8); pingpong measured no faster than the default (v8).
 enum class ForwardChoice { mma, sm90, sm90_overlap, sm90_pingpong };
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {

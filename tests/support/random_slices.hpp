@@ -1,6 +1,7 @@
 // Test support for the kernels' mask translations (tile schedules, block masks): random slice
-// masks, and the dense truth of a slice mask to check them against cell by cell. Random masks: Disjoint rectangles on a random grid of row and column bands, each of a random slice
-// type or absent, plus one empty slice: rows see several slices and tiles mix types.
+// masks, and the dense truth of a slice mask to check them against cell by cell. Random masks:
+// disjoint rectangles on a random grid of row and column bands, each of a random slice type or
+// absent, plus one empty slice: rows see several slices and tiles mix types.
 // Rule: the same rng state gives the same mask.
 #pragma once
 

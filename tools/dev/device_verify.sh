@@ -100,8 +100,9 @@ if has pingpong && [ "$(left)" -gt 60 ]; then
   save
 fi
 if has torchdiag && [ "$(left)" -gt 60 ]; then
-  # Why torch_flex's first plan() aborts after the SDPA peers ran in the same process: which
-  # libstdc++ copies the process maps, and who binds std::locale's destructor to which.
+  # The libraries of the torch peers' test process: which libstdc++ copies it maps, what the
+  # plugins export, and who binds std::locale's destructor to which (LD_DEBUG). This found the
+  # 2026-11-23 abort: plugins exporting a statically linked libstdc++ (sdk/cmake/lcaPlugin.cmake).
   bin=build-gpu/tests/gpu/torch_peers/test_torch_peers
   diag="$work/torchdiag.txt"
   {

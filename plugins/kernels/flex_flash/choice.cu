@@ -5,9 +5,10 @@
 namespace lca_flex_flash {
 
 namespace {
-// Measured on an H100 (docs/kernels/NOTES.md, v6/v7 and v8), TFLOP/s a cell of the mask at 16K,
-// head_dim 128: the Hopper kernels on 128-row tiles (full mask) against the mma.sync kernels on
-// 64-row tiles (block_sparse, whose 64-token blocks those tiles fit exactly).
+// Constants, not measured at run time: kernels-16k on an H100 (docs/kernels/NOTES.md, "v5-v7 on a
+// device"), TFLOP/s a cell of the mask at 16K, head_dim 128: the Hopper kernels on 128-row tiles
+// (full mask) against the mma.sync kernels on 64-row tiles (block_sparse, whose 64-token blocks
+// those tiles fit exactly). Re-measure them when either kernel changes much.
 constexpr double kSm90Forward = 555.0, kMma64Forward = 206.0;
 constexpr double kSm90Backward = 391.0, kMma64Backward = 196.0;
 // Between the two mma.sync kernels (v3): 128-row tiles share each loaded K/V tile between twice

@@ -117,6 +117,8 @@ int cmd_cp(Options opt, int* argc, char*** argv) {
     auto spec = core::load_matrix_spec(opt.matrix, reg.dir());
     if (!opt.masks.empty()) spec.masks = opt.masks;
     if (opt.no_check) spec.check = false;
+    if (opt.warmup >= 0) spec.warmup = opt.warmup;
+    if (opt.repeats > 0) spec.repeats = opt.repeats;
     if (spec.seqlens_for(device).empty())
       throw std::runtime_error("matrix '" + spec.name + "' has no sequence lengths for " + device +
                                " (add \"" + device + "\": [...] to its seqlens, or pick a preset that has them: cp-quick "

@@ -102,6 +102,8 @@ core::MatrixSpec load_spec(const Options& opt, const core::Registry& reg) {
   if (!opt.kernels.empty()) spec.kernels = opt.kernels;
   if (!opt.masks.empty()) spec.masks = opt.masks;
   if (opt.no_check) spec.check = false;
+  if (opt.warmup >= 0) spec.warmup = opt.warmup;
+  if (opt.repeats > 0) spec.repeats = opt.repeats;
   return spec;
 }
 
@@ -198,6 +200,8 @@ int cmd_run(const Options& opt) {
     if (!o.device.empty()) so.child_argv.insert(so.child_argv.end(), {"--device", o.device});
     if (o.threads > 0) so.child_argv.insert(so.child_argv.end(), {"--threads", std::to_string(o.threads)});
     if (o.no_check) so.child_argv.push_back("--no-check");
+    if (o.warmup >= 0) so.child_argv.insert(so.child_argv.end(), {"--warmup", std::to_string(o.warmup)});
+    if (o.repeats > 0) so.child_argv.insert(so.child_argv.end(), {"--repeats", std::to_string(o.repeats)});
     so.child_argv.push_back("run-cell");
   }
   const auto summary = core::run_session(reg, masks, spec, devices.map(), devices.host, so, std::cout);

@@ -23,6 +23,8 @@ struct Options {
   std::string device;
   int threads = 0;
   bool no_check = false;
+  int warmup = -1;   // -1: the matrix's own
+  int repeats = 0;   // 0: the matrix's own
   std::vector<std::string> kernels;
   std::vector<std::string> masks;
   // cp

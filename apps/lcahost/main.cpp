@@ -26,6 +26,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", opt.device, "GPU to use: cuda:N (default cuda:0 when a GPU is present; with --cp every rank)");
   app.add_option("--threads", opt.threads, "Threads for CPU kernels (default: all)");
   app.add_flag("--no-check", opt.no_check, "Skip the reference check");
+  app.add_option("--warmup", opt.warmup, "Untimed calls before the timed ones (default: the matrix's)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--repeats", opt.repeats, "Timed calls whose median is reported (default: the matrix's)")
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--kernels", opt.kernels, "Only these kernels (comma separated)")->delimiter(',');
   app.add_option("--masks", opt.masks, "Only these masks (comma separated specs)")->delimiter(',');
 
@@ -74,7 +78,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version end here with 0; any bad command line exits 2, like the errors below.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   lca::app::configure_logging(opt);
   opt.argv0 = argv[0];

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
@@ -28,21 +29,22 @@ class Buffer {
   void* ptr_ = nullptr;
 };
 
-std::vector<float> to_host_f32(Backend& be, const void* src, int64_t count, int32_t dtype) {
-  std::vector<unsigned char> raw(static_cast<size_t>(count) * lca::dtype_size(dtype));
-  be.copy_to_host(raw.data(), src, raw.size());
-  std::vector<float> out(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(lca::load_as_double(raw.data(), dtype, i));
-  return out;
-}
-
-// Rows [tokens, heads, d] -> the chosen heads only.
-std::vector<float> select_heads(const std::vector<float>& all, int64_t tokens, int heads, int d,
-                                const std::vector<int>& chosen) {
-  std::vector<float> out(static_cast<size_t>(tokens) * chosen.size() * d);
+// The chosen heads of a THD tensor [tokens, heads, d] on the backend, as fp32 on the host
+// ([tokens, chosen.size(), d]). Only those heads are converted: at 64K tokens and 64 heads a
+// whole bf16 tensor is 1 GiB, and the check samples one head group of eight.
+std::vector<float> heads_to_host_f32(Backend& be, const void* src, int64_t tokens, int heads, int d,
+                                     int32_t dtype, const std::vector<int>& chosen) {
+  const size_t es = lca::dtype_size(dtype);
+  const size_t bytes = static_cast<size_t>(tokens) * heads * d * es;
+  std::unique_ptr<unsigned char[]> raw(new unsigned char[bytes]);
+  be.copy_to_host(raw.get(), src, bytes);
+  const int64_t nh = static_cast<int64_t>(chosen.size());
+  std::vector<float> out(static_cast<size_t>(tokens * nh * d));
   for (int64_t t = 0; t < tokens; ++t)
-    for (size_t hi = 0; hi < chosen.size(); ++hi)
-      std::copy_n(&all[(t * heads + chosen[hi]) * d], d, &out[(t * chosen.size() + hi) * d]);
+    for (int64_t hi = 0; hi < nh; ++hi) {
+      const int64_t from = (t * heads + chosen[hi]) * d, to = (t * nh + hi) * d;
+      for (int c = 0; c < d; ++c) out[to + c] = static_cast<float>(lca::load_as_double(raw.get(), dtype, from + c));
+    }
   return out;
 }
 
@@ -93,11 +95,13 @@ nlohmann::json CheckResult::to_json() const {
   return j;
 }
 
-CheckResult check_cell(Backend& be, KernelInstance& reference, const lca_problem& p,
-                       const lca_mask& mask, const CellBuffers& buf, const CheckOptions& opt) {
-  CheckResult result;
-  result.ran = true;
-  result.tolerance = default_tolerance(p.dtype, opt.backward);
+size_t ReferenceOutputs::bytes() const {
+  return (o.size() + lse.size() + dq.size() + dk.size() + dv.size()) * sizeof(float);
+}
+
+ReferenceOutputs compute_reference(Backend& be, KernelInstance& reference, const lca_problem& p,
+                                   const lca_mask& mask, const CellBuffers& buf, const CheckOptions& opt) {
+  ReferenceOutputs ref;
   const int64_t S = p.seqlen_q, Sk = p.seqlen_k;
   const int Hq = p.heads_q, Hkv = p.heads_kv, D = p.head_dim, G = Hq / Hkv;
 
@@ -106,23 +110,21 @@ CheckResult check_cell(Backend& be, KernelInstance& reference, const lca_problem
   for (int64_t i = 0; i < mask.num_slices; ++i) area += static_cast<double>(lca::slice_area(mask.slices[i]));
   const double flops_per_group = 4.0 * area * D * G * (opt.backward ? 3.5 : 1.0);
   int groups = std::clamp(static_cast<int>(opt.max_reference_flops / std::max(flops_per_group, 1.0)), 1, Hkv);
-  std::vector<int> kv_heads;
-  for (int i = 0; i < groups; ++i) kv_heads.push_back(static_cast<int>((static_cast<int64_t>(i) * Hkv) / groups));
-  std::vector<int> q_heads;
-  for (int kh : kv_heads)
-    for (int g = 0; g < G; ++g) q_heads.push_back(kh * G + g);
+  for (int i = 0; i < groups; ++i) ref.kv_heads.push_back(static_cast<int>((static_cast<int64_t>(i) * Hkv) / groups));
+  for (int kh : ref.kv_heads)
+    for (int g = 0; g < G; ++g) ref.q_heads.push_back(kh * G + g);
   if (groups < Hkv) {
     std::ostringstream os;
     os << "checked kv groups";
-    for (int kh : kv_heads) os << " " << kh;
+    for (int kh : ref.kv_heads) os << " " << kh;
     os << " of " << Hkv;
-    result.note = os.str();
+    ref.note = os.str();
   }
-  const int hq = static_cast<int>(q_heads.size()), hkv = groups;
+  const int hq = static_cast<int>(ref.q_heads.size()), hkv = groups;
 
-  const auto q = select_heads(to_host_f32(be, buf.q, S * Hq * D, p.dtype), S, Hq, D, q_heads);
-  const auto k = select_heads(to_host_f32(be, buf.k, Sk * Hkv * D, p.dtype), Sk, Hkv, D, kv_heads);
-  const auto v = select_heads(to_host_f32(be, buf.v, Sk * Hkv * D, p.dtype), Sk, Hkv, D, kv_heads);
+  const auto q = heads_to_host_f32(be, buf.q, S, Hq, D, p.dtype, ref.q_heads);
+  const auto k = heads_to_host_f32(be, buf.k, Sk, Hkv, D, p.dtype, ref.kv_heads);
+  const auto v = heads_to_host_f32(be, buf.v, Sk, Hkv, D, p.dtype, ref.kv_heads);
 
   const size_t fq = q.size() * 4, fk = k.size() * 4;
   Buffer rq(be, fq), rk(be, fk), rv(be, fk), ro(be, fq), rlse(be, static_cast<size_t>(hq) * S * 4);
@@ -155,20 +157,13 @@ CheckResult check_cell(Backend& be, KernelInstance& reference, const lca_problem
   if (vt.forward(reference.get(), plan, &fa, &exec) != LCA_OK)
     throw std::runtime_error("reference " + reference.name() + " forward: " + vt.last_error());
   be.synchronize();
-
-  std::vector<float> ref_o(q.size()), ref_lse(static_cast<size_t>(hq) * S);
-  be.copy_to_host(ref_o.data(), ro.get(), fq);
-  be.copy_to_host(ref_lse.data(), rlse.get(), ref_lse.size() * 4);
-
-  const auto got_o = select_heads(to_host_f32(be, buf.o, S * Hq * D, p.dtype), S, Hq, D, q_heads);
-  std::vector<float> lse_all(static_cast<size_t>(Hq) * S), got_lse;
-  be.copy_to_host(lse_all.data(), buf.lse, lse_all.size() * 4);
-  for (int h : q_heads) got_lse.insert(got_lse.end(), lse_all.begin() + h * S, lse_all.begin() + (h + 1) * S);
-  result.errors["o"] = compare(got_o, ref_o);
-  result.errors["lse"] = compare(got_lse, ref_lse);
+  ref.o.resize(q.size());
+  ref.lse.resize(static_cast<size_t>(hq) * S);
+  be.copy_to_host(ref.o.data(), ro.get(), fq);
+  be.copy_to_host(ref.lse.data(), rlse.get(), ref.lse.size() * 4);
 
   if (opt.backward) {
-    const auto d_o = select_heads(to_host_f32(be, buf.d_o, S * Hq * D, p.dtype), S, Hq, D, q_heads);
+    const auto d_o = heads_to_host_f32(be, buf.d_o, S, Hq, D, p.dtype, ref.q_heads);
     Buffer rdo(be, fq), rdq(be, fq), rdk(be, fk), rdv(be, fk);
     be.copy_from_host(rdo.get(), d_o.data(), fq);
     lca_bwd_args ba{sizeof(lca_bwd_args), fa.q, fa.k, fa.v, fa.o,
@@ -180,13 +175,36 @@ CheckResult check_cell(Backend& be, KernelInstance& reference, const lca_problem
       throw std::runtime_error("reference " + reference.name() + " backward: " +
                                (vt.backward ? vt.last_error() : "no backward pass"));
     be.synchronize();
-    std::vector<float> ref_dq(q.size()), ref_dk(k.size()), ref_dv(k.size());
-    be.copy_to_host(ref_dq.data(), rdq.get(), fq);
-    be.copy_to_host(ref_dk.data(), rdk.get(), fk);
-    be.copy_to_host(ref_dv.data(), rdv.get(), fk);
-    result.errors["dq"] = compare(select_heads(to_host_f32(be, buf.dq, S * Hq * D, p.dtype), S, Hq, D, q_heads), ref_dq);
-    result.errors["dk"] = compare(select_heads(to_host_f32(be, buf.dk, Sk * Hkv * D, p.dtype), Sk, Hkv, D, kv_heads), ref_dk);
-    result.errors["dv"] = compare(select_heads(to_host_f32(be, buf.dv, Sk * Hkv * D, p.dtype), Sk, Hkv, D, kv_heads), ref_dv);
+    ref.dq.resize(q.size());
+    ref.dk.resize(k.size());
+    ref.dv.resize(k.size());
+    be.copy_to_host(ref.dq.data(), rdq.get(), fq);
+    be.copy_to_host(ref.dk.data(), rdk.get(), fk);
+    be.copy_to_host(ref.dv.data(), rdv.get(), fk);
+  }
+  return ref;
+}
+
+CheckResult compare_to_reference(Backend& be, const lca_problem& p, const CellBuffers& buf,
+                                 const ReferenceOutputs& ref, const CheckOptions& opt) {
+  CheckResult result;
+  result.ran = true;
+  result.tolerance = default_tolerance(p.dtype, opt.backward);
+  result.note = ref.note;
+  const int64_t S = p.seqlen_q, Sk = p.seqlen_k;
+  const int Hq = p.heads_q, Hkv = p.heads_kv, D = p.head_dim;
+  if (opt.backward && ref.dq.empty())
+    throw std::logic_error("compare_to_reference: a backward cell needs a backward reference");
+
+  std::vector<float> lse_all(static_cast<size_t>(Hq) * S), got_lse;
+  be.copy_to_host(lse_all.data(), buf.lse, lse_all.size() * 4);
+  for (int h : ref.q_heads) got_lse.insert(got_lse.end(), lse_all.begin() + h * S, lse_all.begin() + (h + 1) * S);
+  result.errors["o"] = compare(heads_to_host_f32(be, buf.o, S, Hq, D, p.dtype, ref.q_heads), ref.o);
+  result.errors["lse"] = compare(got_lse, ref.lse);
+  if (opt.backward) {
+    result.errors["dq"] = compare(heads_to_host_f32(be, buf.dq, S, Hq, D, p.dtype, ref.q_heads), ref.dq);
+    result.errors["dk"] = compare(heads_to_host_f32(be, buf.dk, Sk, Hkv, D, p.dtype, ref.kv_heads), ref.dk);
+    result.errors["dv"] = compare(heads_to_host_f32(be, buf.dv, Sk, Hkv, D, p.dtype, ref.kv_heads), ref.dv);
   }
 
   for (const auto& [name, s] : result.errors) {
@@ -196,6 +214,11 @@ CheckResult check_cell(Backend& be, KernelInstance& reference, const lca_problem
     if (!ok) result.passed = false;
   }
   return result;
+}
+
+CheckResult check_cell(Backend& be, KernelInstance& reference, const lca_problem& p, const lca_mask& mask,
+                       const CellBuffers& buf, const CheckOptions& opt) {
+  return compare_to_reference(be, p, buf, compute_reference(be, reference, p, mask, buf, opt), opt);
 }
 
 }  // namespace lca::core

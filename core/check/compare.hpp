@@ -55,8 +55,26 @@ struct CheckOptions {
   bool backward = false;
 };
 
-// Runs the reference on the cell's inputs and compares. Throws std::runtime_error if the
-// reference itself fails.
+// What the reference computed for a cell's problem, on the sampled heads only (fp32, THD over
+// those heads). It depends on the inputs, the mask and the options, not on the kernel under
+// test: a runner may keep it for the next kernel of the same problem.
+struct ReferenceOutputs {
+  std::vector<int> q_heads, kv_heads;  // the sampled heads, ascending
+  std::string note;                    // e.g. "checked kv groups 0 4 of 8"; empty when all
+  std::vector<float> o, lse, dq, dk, dv;  // lse [heads, tokens]; dq/dk/dv only for backward
+  size_t bytes() const;
+};
+
+// Runs the reference on the cell's inputs (buffers: q, k, v and, for backward, d_o). Throws
+// std::runtime_error if the reference itself fails.
+ReferenceOutputs compute_reference(Backend& backend, KernelInstance& reference, const lca_problem& problem,
+                                   const lca_mask& mask, const CellBuffers& buffers, const CheckOptions& options);
+
+// Compares the cell's outputs (buffers: o, lse and, for backward, dq, dk, dv) with the reference's.
+CheckResult compare_to_reference(Backend& backend, const lca_problem& problem, const CellBuffers& buffers,
+                                 const ReferenceOutputs& reference, const CheckOptions& options);
+
+// Both in one: runs the reference on the cell's inputs and compares.
 CheckResult check_cell(Backend& backend, KernelInstance& reference, const lca_problem& problem,
                        const lca_mask& mask, const CellBuffers& buffers, const CheckOptions& options);
 

@@ -69,16 +69,28 @@ class Runner {
   Runner(const Registry& registry, MaskSource& masks, std::map<std::string, Backend*> backends,
          RunnerOptions options);
   CellResult run_cell(const Cell& cell);
+  // How many times the reference kernel has run for a check (tests and logs).
+  int reference_runs() const { return reference_runs_; }
 
  private:
   std::shared_ptr<KernelInstance> kernel(const std::string& name, const std::string& config = "{}");
   CellResult run_cell_unchecked(const Cell& cell);
+  // The reference's outputs for this cell's problem and pass: computed on the cell's inputs, or
+  // kept from an earlier kernel's cell of the same problem. Throws if the reference fails.
+  const ReferenceOutputs& reference_for(const Cell& cell, const lca_problem& problem, const lca_mask& mask,
+                                        const CellBuffers& buf, const CheckOptions& opt);
 
   const Registry& registry_;
   MaskSource& masks_;
   std::map<std::string, Backend*> backends_;
   RunnerOptions options_;
   std::map<std::string, std::shared_ptr<KernelInstance>> kernels_;
+  // The reference's outputs for the problem of the last checked cell, one per pass. A matrix
+  // lists the kernels of one (mask, length) together and they all see the same inputs, so the
+  // reference runs once for them (at 64K its backward takes longer than the timed repeats).
+  std::string reference_problem_;
+  std::map<std::string, std::shared_ptr<const ReferenceOutputs>> references_;
+  int reference_runs_ = 0;
 };
 
 }  // namespace lca::core

@@ -5,13 +5,16 @@
 # tests run under each kernel variant; then a flex_flash vs cudnn_sdpa timing run, the GPU CP
 # suite and the torch peers' tests, each only while time is left.
 # Usage: tools/dev/device_verify.sh [PHASES]  (default "flex time cp torch"; DEADLINE=seconds, 560)
+# Phases run in the order below, whatever the order given.
 #   phases: flex (SASS check + tests under every variant; QUICK=1: the default variant only),
 #   time (flex_flash vs cudnn_sdpa, kernels-16k), cp (GPU CP suite), torch (the peers' tests, with
 #   a backtrace from cuda-gdb if the binary dies), peers (the peers beside flex_flash and
 #   cudnn_sdpa in one lcahost run, PEER_MASKS, default full,causal,causal_document), pingpong (tests
 #   and a timing run under LCA_FLEX_FORWARD=sm90_pingpong), torchdiag (the libraries and symbol
 #   bindings of the torch peers' test process, LD_DEBUG), long512 (long-512k-all with
-#   LONG_KERNELS, default flex_flash).
+#   LONG_KERNELS, default flex_flash), paper (paper-dense with PAPER_KERNELS, default flex_flash,
+#   cudnn_sdpa and every torch peer built, on PAPER_MASKS, default all, with PAPER_ARGS, default
+#   "--warmup 1 --repeats 5"; resumes results/device/paper-dense.jsonl when it is there).
 # Every log goes to results/device/ and, after each phase, into $OUT/logs.tgz (the device tool
 # brings back only a few files); the short summary is on stdout.
 set -uo pipefail
@@ -148,6 +151,18 @@ if has peers && [ "$(left)" -gt 60 ]; then
     --kernels "flex_flash,cudnn_sdpa,$peers" --masks "${PEER_MASKS:-full,causal,causal_document}" \
     --out "$work/peers-kernels-16k.jsonl" 2>&1 | grep -v " X  " | tail -40
   stamp "peers run done"
+  save
+fi
+if has paper && [ "$(left)" -gt 60 ]; then
+  f="$work/paper-dense.jsonl"
+  if [ -f "$f" ]; then io=(--resume "$f"); else io=(--out "$f"); fi
+  peers=$(ls build-gpu/plugins/ | sed -n 's/^liblca_\(torch_[a-z_]*\)\.so$/\1/p' | paste -sd, -)
+  kernels=${PAPER_KERNELS:-flex_flash,cudnn_sdpa${peers:+,$peers}}
+  # shellcheck disable=SC2086  # PAPER_ARGS is a list of options
+  timeout "$(left)" build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix paper-dense \
+    --kernels "$kernels" ${PAPER_MASKS:+--masks "$PAPER_MASKS"} ${PAPER_ARGS:---warmup 1 --repeats 5} "${io[@]}" \
+    2>&1 | tee -a "$work/run-paper.log" | grep -v " X  " | tail -30
+  stamp "paper-dense: $(grep -c '"type":"cell"' "$f" 2>/dev/null) cells in the file"
   save
 fi
 stamp "end"

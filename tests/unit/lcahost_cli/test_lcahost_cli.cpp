@@ -227,7 +227,7 @@ TEST_F(Cli, OtherBadCommandLines) {
   EXPECT_HAS(r.err, "'diagonal'");
 
   r = lcahost({"list", "--format", "yaml"});
-  EXPECT_NE(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
 
   r = run_lcahost("/nonexistent/lca_plugins", {"list"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);

@@ -36,6 +36,27 @@ TEST_F(RunCli, HealthyRunExitsZeroAndWritesBothFiles) {
   EXPECT_NE(r.out.find("summary: X=4 ok=12"), std::string::npos) << r.out;
 }
 
+TEST_F(RunCli, WarmupAndRepeatsOverrideTheMatrix) {
+  const auto out = work_ / "quick.jsonl";
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "fx_good", "--warmup", "0",
+                          "--repeats", "3", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.runs.size(), 1u);
+  EXPECT_EQ(rec.runs[0]["matrix"]["warmup"], 0) << "the record says what ran";
+  EXPECT_EQ(rec.runs[0]["matrix"]["repeats"], 3);
+  int timed = 0;
+  for (const auto& c : rec.cells)
+    if (c["status"] == "ok") {
+      EXPECT_EQ(c["time_ms"]["all"].size(), 3u) << c.dump();
+      ++timed;
+    }
+  EXPECT_GT(timed, 0);
+  const auto bad = lcahost({"--matrix", (work_ / "tiny.json").string(), "--repeats", "0", "--dry-run"});
+  EXPECT_EQ(bad.exit_code, 2) << "no timed call is no measurement\n" << describe(bad);
+  EXPECT_NE(bad.err.find("--repeats"), std::string::npos) << bad.err;
+}
+
 TEST_F(RunCli, ResumeAppendsOnlyTheRest) {
   const auto out = work_ / "out.jsonl";
   ASSERT_EQ(lcahost({"--matrix", (work_ / "tiny.json").string(), "--out", out.string()}).exit_code, 0);

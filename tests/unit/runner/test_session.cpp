@@ -220,6 +220,39 @@ TEST_F(Session, WrongNumbersFail) {
   EXPECT_TRUE(fail.contains("time_ms")) << "a FAIL cell is still timed";
 }
 
+TEST_F(Session, TheReferenceRunsOncePerProblemAndPass) {
+  // Kernels of one problem share the reference's outputs; a wrong kernel between two good ones
+  // fails without spoiling what the next one is compared with, and a new problem runs it again.
+  core::Runner runner(*registry_, *masks_, {{"cpu", backend_.get()}}, core::RunnerOptions{});
+  core::Cell cell{"fx_good", "cpu", core::MaskSpec::parse("causal"), 48, {4, 2}, 16, "f32", "fwd", ""};
+  EXPECT_EQ(runner.run_cell(cell).status, "ok");
+  cell.kernel = "fx_wrong";
+  const auto wrong = runner.run_cell(cell);
+  EXPECT_EQ(wrong.status, "FAIL");
+  EXPECT_GT(wrong.check.errors.at("o").rel_l2, wrong.check.tolerance);
+  cell.kernel = "cpu_reference";
+  const auto same = runner.run_cell(cell);
+  EXPECT_EQ(same.status, "ok");
+  EXPECT_LT(same.check.errors.at("o").rel_l2, 1e-6) << "the reference against its kept outputs";
+  EXPECT_EQ(runner.reference_runs(), 1);
+
+  cell.pass = "bwd";
+  for (const char* k : {"fx_good", "cpu_reference"}) {
+    cell.kernel = k;
+    const auto r = runner.run_cell(cell);
+    EXPECT_EQ(r.status, "ok") << k << ": " << r.reason;
+    EXPECT_TRUE(r.check.errors.count("dk")) << k;
+  }
+  EXPECT_EQ(runner.reference_runs(), 2) << "one backward reference for both kernels";
+
+  cell.seqlen = 40;  // another problem
+  EXPECT_EQ(runner.run_cell(cell).status, "ok");
+  cell.mask = core::MaskSpec::parse("full");
+  EXPECT_EQ(runner.run_cell(cell).status, "ok");
+  EXPECT_EQ(runner.reference_runs(), 4);
+  EXPECT_EQ(backend_->current_bytes(), 0u);
+}
+
 TEST_F(Session, HostOutOfMemoryIsE) {
   auto tiny = core::make_cpu_backend(1024);  // less than Q alone
   core::Runner runner(*registry_, *masks_, {{"cpu", tiny.get()}}, core::RunnerOptions{});

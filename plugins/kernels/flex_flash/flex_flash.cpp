@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <future>
 #include <string>
 
 namespace lca_flex_flash {
@@ -105,8 +106,17 @@ class FlexFlash final : public lca::IKernel {
     lca_cuda_reference::validate_mask(mask, pr.seqlen_q, pr.seqlen_k);
     auto plan = std::make_unique<FlexPlan>();
     plan->problem = pr;
-    plan->fwd = upload(build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, wide_tile_speedup(true)), exec);
-    plan->bwd = upload(build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, wide_tile_speedup(false)), exec);
+    // The two schedules are independent host work (seconds each for a 512K block-sparse mask):
+    // the backward's is built on a second thread while this one builds the forward's. The
+    // future of std::async waits for its thread when destroyed, so a throw here cannot leave it
+    // reading the mask after plan() returns.
+    const double fwd_speedup = wide_tile_speedup(true), bwd_speedup = wide_tile_speedup(false);
+    auto bwd = std::async(std::launch::async, [&mask, bwd_speedup] {
+      return build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, bwd_speedup);
+    });
+    const TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
+    plan->fwd = upload(fwd, exec);
+    plan->bwd = upload(bwd.get(), exec);
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
     return plan;
   }

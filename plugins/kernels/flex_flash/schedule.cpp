@@ -89,6 +89,21 @@ class PatternStore {
  public:
   // The index (in patterns of `words` words) of `pattern` in `bits`, appended if new.
   int32_t intern(const uint64_t* pattern, int64_t words, std::vector<uint64_t>& bits) {
+    // Most tiles repeat one of the last few patterns (a mask's structure repeats along a row):
+    // compare with those before hashing 64-128 words.
+    for (const int32_t recent : recent_)
+      if (recent >= 0 && std::equal(pattern, pattern + words, bits.data() + static_cast<size_t>(recent) * words))
+        return recent;
+    const int32_t found = lookup(pattern, words, bits);
+    recent_[next_recent_] = found;
+    next_recent_ = (next_recent_ + 1) % kRecent;
+    return found;
+  }
+
+ private:
+  static constexpr int kRecent = 4;
+
+  int32_t lookup(const uint64_t* pattern, int64_t words, std::vector<uint64_t>& bits) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
     for (int64_t i = 0; i < words; ++i) h = (h ^ pattern[i]) * 1099511628211ull;
     auto [lo, hi] = index_.equal_range(h);
@@ -102,8 +117,17 @@ class PatternStore {
     return static_cast<int32_t>(index);
   }
 
- private:
   std::unordered_multimap<uint64_t, int32_t> index_;
+  int32_t recent_[kRecent] = {-1, -1, -1, -1};
+  int next_recent_ = 0;
+};
+
+// A point of the sweep over one row tile's column tiles; at equal columns, ends come first.
+enum EventKind : int32_t { kTouchEnd = 0, kFullEnd = 1, kFullBegin = 2, kTouchBegin = 3 };
+struct Event {
+  int32_t col;
+  int32_t kind;
+  int32_t slice;  // index into the row tile's touching slices
 };
 
 void set_bits(uint64_t* word, int64_t lo, int64_t hi) {
@@ -150,8 +174,8 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
 
   s.run_offsets.assign(static_cast<size_t>(s.row_tiles) + 1, 0);
   std::vector<int64_t> cost(static_cast<size_t>(s.row_tiles), 0);
-  std::vector<std::pair<int32_t, int32_t>> events;  // (column tile, delta code)
-  std::vector<int32_t> touching;
+  std::vector<Event> events;
+  std::vector<int32_t> touching, active, active_pos;
   std::vector<Reach> reaches;
   std::vector<uint64_t> scratch;  // the bitmasks of the tiles being classified
   PatternStore patterns;
@@ -166,45 +190,80 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
       touching.push_back(bucket[b]);
       reaches.push_back(reach);
     }
-    // Sweep over column tiles: touch count and full count per elementary segment.
+    // Sweep over column tiles: touch count and full count per elementary segment, and the
+    // slices active there (only those are rasterized: a block-sparse row tile has thousands of
+    // slices, each over one or two segments).
     events.clear();
-    for (const Reach& r : reaches) {
-      events.emplace_back(r.touch_begin, 1);
-      events.emplace_back(r.touch_end, -1);
+    for (size_t i = 0; i < reaches.size(); ++i) {
+      const Reach& r = reaches[i];
+      const auto idx = static_cast<int32_t>(i);
+      events.push_back(Event{r.touch_begin, kTouchBegin, idx});
+      events.push_back(Event{r.touch_end, kTouchEnd, idx});
       if (r.full_end > r.full_begin) {
-        events.emplace_back(r.full_begin, 1 << 16);
-        events.emplace_back(r.full_end, -(1 << 16));
+        events.push_back(Event{r.full_begin, kFullBegin, idx});
+        events.push_back(Event{r.full_end, kFullEnd, idx});
       }
     }
-    std::sort(events.begin(), events.end());
-    int32_t touch = 0, full = 0;
+    std::sort(events.begin(), events.end(),
+              [](const Event& a, const Event& b) { return a.col < b.col || (a.col == b.col && a.kind < b.kind); });
+    active.clear();
+    active_pos.assign(reaches.size(), -1);
+    int32_t full = 0;
     for (size_t e = 0; e < events.size();) {
-      const int32_t x = events[e].first;
-      for (; e < events.size() && events[e].first == x; ++e) {
-        if (std::abs(events[e].second) >= (1 << 16)) full += events[e].second > 0 ? 1 : -1;
-        else touch += events[e].second;
+      const int32_t x = events[e].col;
+      for (; e < events.size() && events[e].col == x; ++e) {
+        const Event& ev = events[e];
+        switch (ev.kind) {
+          case kFullBegin: ++full; break;
+          case kFullEnd: --full; break;
+          case kTouchBegin:
+            active_pos[ev.slice] = static_cast<int32_t>(active.size());
+            active.push_back(ev.slice);
+            break;
+          case kTouchEnd: {
+            const int32_t at = active_pos[ev.slice], moved = active.back();
+            active[at] = moved;
+            active_pos[moved] = at;
+            active.pop_back();
+            break;
+          }
+        }
       }
       if (e == events.size()) break;
-      const int32_t y = events[e].first;
-      if (touch == 0 || y <= x) continue;
-      const bool is_full = touch == 1 && full == 1;
+      const int32_t y = events[e].col;
+      if (active.empty() || y <= x) continue;
+      const bool is_full = active.size() == 1 && full == 1;
       TileRun* prev = s.runs.size() > static_cast<size_t>(s.run_offsets[t]) ? &s.runs.back() : nullptr;
       if (is_full) {
         if (prev != nullptr && prev->mask < 0 && prev->end == x) prev->end = y;
         else s.runs.push_back(TileRun{x, y, -1, 0});
         s.full_tiles += y - x;
       } else {
-        // Rasterize the touched tiles [x, y) from every slice that reaches them, then give each
-        // its pattern: a tile that every row and column of sees completely is full after all
-        // (two half-tile blocks of a block-sparse mask, say), any other pattern is stored once
-        // and shared by every tile that has it.
+        // Rasterize the touched tiles [x, y) from every slice active there, then give each its
+        // pattern: a tile that every row and column of sees completely is full after all (two
+        // half-tile blocks of a block-sparse mask, say), any other pattern is stored once and
+        // shared by every tile that has it.
         const int32_t n = y - x;
         scratch.assign(static_cast<size_t>(n) * R, 0);
-        for (size_t i = 0; i < touching.size(); ++i) {
-          if (reaches[i].touch_end <= x || reaches[i].touch_begin >= y) continue;
+        for (const int32_t i : active) {
           const lca_slice& sl = mask.slices[touching[i]];
           const Span span = row_span(sl, by_query);
-          for (int64_t row = std::max(r0, span.begin); row < std::min(r1, span.end); ++row) {
+          const int64_t a = std::max(r0, span.begin), b = std::min(r1, span.end);
+          if (sl.type == LCA_SLICE_FULL) {
+            // The same columns on every row: each tile's word once, OR-ed down the rows.
+            const Span c = col_range(sl, a, by_query);
+            const int64_t c0 = std::max<int64_t>(c.begin, int64_t{x} * kTileCols);
+            const int64_t c1 = std::min<int64_t>(c.end, int64_t{y} * kTileCols);
+            for (int64_t col_tile = c0 / kTileCols; col_tile * kTileCols < c1; ++col_tile) {
+              const int64_t base = col_tile * kTileCols;
+              uint64_t word = 0;
+              set_bits(&word, std::max(c0, base) - base, std::min(c1, base + kTileCols) - base);
+              uint64_t* column = &scratch[static_cast<size_t>(col_tile - x) * R];
+              for (int64_t row = a; row < b; ++row) column[row - r0] |= word;
+            }
+            continue;
+          }
+          for (int64_t row = a; row < b; ++row) {
             const Span c = col_range(sl, row, by_query);
             const int64_t c0 = std::max<int64_t>(c.begin, int64_t{x} * kTileCols);
             const int64_t c1 = std::min<int64_t>(c.end, int64_t{y} * kTileCols);

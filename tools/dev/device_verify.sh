@@ -9,8 +9,8 @@
 #   phases: flex (SASS check + tests under every variant; QUICK=1: the default variant only),
 #   time (flex_flash vs cudnn_sdpa, kernels-16k), cp (GPU CP suite), torch (the peers' tests, with
 #   a backtrace from cuda-gdb if the binary dies), peers (the peers beside flex_flash and
-#   cudnn_sdpa in one lcahost run, PEER_MASKS, default full,causal,causal_document), pingpong (tests
-#   and a timing run under LCA_FLEX_FORWARD=sm90_pingpong), torchdiag (the libraries and symbol
+#   cudnn_sdpa in one lcahost run, PEER_MASKS, default full,causal,causal_document), variant (tests
+#   and a timing run under VARIANT, default LCA_FLEX_BACKWARD=sm90_tmadq), torchdiag (the libraries and symbol
 #   bindings of the torch peers' test process, LD_DEBUG), long512 (long-512k-all with
 #   LONG_KERNELS, default flex_flash), paper (paper-dense with PAPER_KERNELS, default flex_flash,
 #   cudnn_sdpa and every torch peer built, on PAPER_MASKS, default all, with PAPER_ARGS, default
@@ -88,18 +88,21 @@ if has torch && [ "$(left)" -gt 30 ]; then
   fi
   save
 fi
-if has pingpong && [ "$(left)" -gt 60 ]; then
-  # The forward variant on trial (LCA_FLEX_FORWARD=sm90_pingpong): the GPU tests, then a timing run
-  # beside cudnn_sdpa, right after the default's (the two runs share the machine, not the process).
-  LCA_FLEX_FORWARD=sm90_pingpong build-gpu/tests/gpu/flex_flash/test_flex_flash > "$work/test_flex_flash_pingpong.log" 2>&1
-  echo "tests, sm90_pingpong: $(grep -E "PASSED|FAILED TESTS" "$work/test_flex_flash_pingpong.log" | tr '\n' ' ')"
-  grep -E "FAILED  \]" "$work/test_flex_flash_pingpong.log" | cut -c1-110 | head -10
-  if grep -q PASSED "$work/test_flex_flash_pingpong.log" && [ "$(left)" -gt 60 ]; then
-    LCA_FLEX_FORWARD=sm90_pingpong timeout "$(left)" build-gpu/bin/lcahost --plugins build-gpu/plugins \
-      --matrix kernels-16k --kernels flex_flash,cudnn_sdpa --masks "${PINGPONG_MASKS:-full,causal,causal_document}" \
-      --out "$work/flex-kernels-16k-pingpong.jsonl" 2>&1 | tee "$work/run-pingpong.log" | grep -v " X  " | tail -12
+if has variant && [ "$(left)" -gt 60 ]; then
+  # A kernel variant on trial (VARIANT, default LCA_FLEX_BACKWARD=sm90_tmadq): the GPU tests under
+  # it, then a timing run beside cudnn_sdpa, right after the default's (the two runs share the
+  # machine, not the process: the variant is read once per process).
+  variant=${VARIANT:-LCA_FLEX_BACKWARD=sm90_tmadq}
+  tag=${variant#*=}
+  env "$variant" build-gpu/tests/gpu/flex_flash/test_flex_flash > "$work/test_flex_flash_$tag.log" 2>&1
+  echo "tests, $variant: $(grep -E "PASSED|FAILED TESTS" "$work/test_flex_flash_$tag.log" | tr '\n' ' ')"
+  grep -E "FAILED  \]" "$work/test_flex_flash_$tag.log" | cut -c1-110 | head -10
+  if grep -q PASSED "$work/test_flex_flash_$tag.log" && [ "$(left)" -gt 60 ]; then
+    env "$variant" timeout "$(left)" build-gpu/bin/lcahost --plugins build-gpu/plugins \
+      --matrix kernels-16k --kernels flex_flash,cudnn_sdpa --masks "${VARIANT_MASKS:-full,causal,causal_document}" \
+      --out "$work/flex-kernels-16k-$tag.jsonl" 2>&1 | tee "$work/run-$tag.log" | grep -v " X  " | tail -12
   fi
-  stamp "pingpong done"
+  stamp "variant $variant done"
   save
 fi
 if has torchdiag && [ "$(left)" -gt 60 ]; then

@@ -10,6 +10,9 @@
 //   dQ = dS K                             dS^T through shared memory (both warpgroups' keys),
 //                                         each warpgroup one half of the head dim (d128), fp32
 //                                         atomics into the accumulator of run_backward
+// The sm90_tmadq variant (kTmaDq) writes dQ into a shared fp32 tile instead, and warp 2 of the
+// producer adds the tile to the accumulator with TMA reduce-adds (one per 32 columns), so that
+// the consumers issue no global atomics.
 // Used by run_backward<T, D> (backward.cuh) unless LCA_FLEX_BACKWARD=mma, where the GPU is sm_90 and
 // the schedule has 128-key tiles.
 // Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
@@ -29,9 +32,10 @@ namespace lca_flex_flash::dev {
 
 struct Sm90BwdMaps {
   CUtensorMap k, v, q, d_o;
+  CUtensorMap dq;  // the fp32 accumulator (kTmaDq only)
 };
 
-template <class T, int D>
+template <class T, int D, bool kTmaDq = false>
 struct Sm90BwdLayout {
   static constexpr int kKeys = 128;                  // keys a block (two consumers of 64)
   static constexpr int kHalves = D / 64;
@@ -45,17 +49,22 @@ struct Sm90BwdLayout {
   static constexpr int kDoOffset = kQOffset + kStages * kQBytes;        // dO[stage]
   static constexpr int kDsOffset = kDoOffset + kStages * kQBytes;       // dS[stage]
   static constexpr int kRowOffset = kDsOffset + kStages * kDsBytes;     // LSE2[stage], delta[stage]
-  static constexpr int kBarOffset = kRowOffset + 2 * kStages * kTile * 4;
-  static constexpr int kBars = 1 + 2 * kStages;                         // kv, full[S], empty[S]
+  static constexpr int kDqOffset = kRowOffset + 2 * kStages * kTile * 4;  // 1024-aligned
+  // dQ of one query tile (kTmaDq): fp32, [D / 32 column chunks][64 rows][128 B], swizzled.
+  static constexpr int kDqChunkBytes = kTile * 128;
+  static constexpr int kDqBytes = kTmaDq ? kTile * D * 4 : 0;
+  static constexpr int kBarOffset = kDqOffset + kDqBytes;
+  static constexpr int kBars = 1 + 2 * kStages + 2;                     // kv, full[S], empty[S], dq full / empty
   static constexpr int kBytes = kBarOffset + 8 * kBars + 1024;
   static constexpr int kThreads = 384;
 };
 
-template <class T, int D>
+template <class T, int D, bool kTmaDq>
 __global__ void __launch_bounds__(384, 1)
     backward_sm90_kernel(const BwdParams p, const __grid_constant__ Sm90BwdMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Sm90BwdLayout<T, D>;
+  using L = Sm90BwdLayout<T, D, kTmaDq>;
+  constexpr bool kSplitD = D == 128;  // d128: each consumer half the head dim of dQ; d64: consumer 0
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -69,6 +78,8 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t bar_kv = base + L::kBarOffset;
   auto full = [&](int b) { return bar_kv + 8u * (1 + b); };
   auto empty = [&](int b) { return bar_kv + 8u * (1 + L::kStages + b); };
+  const uint32_t dq_full = bar_kv + 8u * (1 + 2 * L::kStages), dq_empty = dq_full + 8u;
+  const uint32_t sdq = base + L::kDqOffset;
 
   const int32_t k_tile = p.sched.order[blockIdx.x];
   const int hk = blockIdx.y;
@@ -79,6 +90,8 @@ __global__ void __launch_bounds__(384, 1)
       sm90::mbar_init(full(b), 1 + 32);  // the TMA thread (with its bytes) and warp 1's lanes
       sm90::mbar_init(empty(b), 2 * 128);
     }
+    sm90::mbar_init(dq_full, kSplitD ? 2 * 128 : 128);  // the consumer threads that write dQ
+    sm90::mbar_init(dq_empty, 1);                       // the reducing thread
     sm90::mbar_fence_init();
   }
   __syncthreads();
@@ -122,6 +135,22 @@ __global__ void __launch_bounds__(384, 1)
         }
         sm90::mbar_arrive(full(b));
       }
+    } else if (kTmaDq && warp_all == 2 && lane == 0) {
+      // The reducer: each query tile's dQ, once the consumers have written it, added to the
+      // accumulator; the buffer is free again as soon as TMA has read it.
+      GroupCursor cur(&p.sched, k_tile, p.group);
+      for (int it = 0; cur.valid(); ++it, cur.next()) {
+        const int hq = hk * p.group + cur.head;
+        const int32_t row0 = cur.tiles.tile * kTile;
+        sm90::mbar_wait(dq_full, it & 1);
+#pragma unroll
+        for (int chunk = 0; chunk < D / 32; ++chunk)
+          sm90::tma_reduce_add_3d(&maps.dq, sdq + chunk * L::kDqChunkBytes, 32 * chunk, hq, row0);
+        sm90::bulk_commit();
+        sm90::bulk_wait_read<0>();
+        sm90::mbar_arrive(dq_empty);
+      }
+      sm90::bulk_wait<0>();
     }
     return;
   }
@@ -209,7 +238,6 @@ __global__ void __launch_bounds__(384, 1)
     // dQ = dS K over the block's 128 keys, once both warpgroups' dS^T are in shared memory.
     sm90::fence_proxy_async();
     sm90::named_sync(1, 256);
-    constexpr bool kSplitD = D == 128;  // d128: each warpgroup half the head dim; d64: warpgroup 0
     if (kSplitD || c == 0) {
       float dq[32];
       const uint32_t k_half = sk + (kSplitD ? c : 0) * (L::kKeys * 128);
@@ -223,14 +251,34 @@ __global__ void __launch_bounds__(384, 1)
       sm90::wgmma_wait<0>();
       sm90::fence_regs(dq);
       // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1).
-      const int64_t row_a = q0 + 16 * warp + g, row_b = row_a + 8;
-      const int col0 = (kSplitD ? 64 * c : 0) + 2 * t4;
-      float* acc_a = p.dq_accum + (row_a * p.heads_q + hq) * D + col0;
-      float* acc_b = p.dq_accum + (row_b * p.heads_q + hq) * D + col0;
+      if constexpr (kTmaDq) {
+        // Into the shared tile (rows past the end too: the reduce-add skips them), once the
+        // reducer has read the previous tile's.
+        if (it > 0) sm90::mbar_wait(dq_empty, (it - 1) & 1);
+        char* tile = gbase + L::kDqOffset;
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        if (row_a < p.seqlen_q) add_pair(acc_a + n * 8, dq[4 * n], dq[4 * n + 1]);
-        if (row_b < p.seqlen_q) add_pair(acc_b + n * 8, dq[4 * n + 2], dq[4 * n + 3]);
+        for (int n = 0; n < 8; ++n) {
+          const int col = (kSplitD ? 64 * c : 0) + 8 * n + 2 * t4;
+          const int unit = (col & 31) >> 2;
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = 16 * warp + g + 8 * r;
+            *reinterpret_cast<float2*>(tile + (col >> 5) * L::kDqChunkBytes + row * 128 + ((unit ^ (row & 7)) << 4) +
+                                       (col & 3) * 4) = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+          }
+        }
+        sm90::fence_proxy_async();
+        sm90::mbar_arrive(dq_full);
+      } else {
+        const int64_t row_a = q0 + 16 * warp + g, row_b = row_a + 8;
+        const int col0 = (kSplitD ? 64 * c : 0) + 2 * t4;
+        float* acc_a = p.dq_accum + (row_a * p.heads_q + hq) * D + col0;
+        float* acc_b = p.dq_accum + (row_b * p.heads_q + hq) * D + col0;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          if (row_a < p.seqlen_q) add_pair(acc_a + n * 8, dq[4 * n], dq[4 * n + 1]);
+          if (row_b < p.seqlen_q) add_pair(acc_b + n * 8, dq[4 * n + 2], dq[4 * n + 3]);
+        }
       }
     } else {
       sm90::wgmma_wait<0>();
@@ -262,25 +310,38 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // Which backward runs on an sm_90 GPU, from LCA_FLEX_BACKWARD: "sm90" (the default: this kernel,
-// which passed the GPU tests on an H100) or "mma" (the portable mma.sync kernel).
-inline bool sm90_backward_available() {
-  static const bool asked = variant_env("LCA_FLEX_BACKWARD", "mma sm90") != "mma";
-  return asked && sm90_device();
+// which passed the GPU tests on an H100), "sm90_tmadq" (this kernel with dQ through TMA
+// reduce-adds; on trial) or "mma" (the portable mma.sync kernel).
+inline const std::string& backward_variant() {
+  static const std::string v = variant_env("LCA_FLEX_BACKWARD", "mma sm90 sm90_tmadq");
+  return v;
+}
+inline bool sm90_backward_available() { return backward_variant() != "mma" && sm90_device(); }
+
+template <class T, int D, bool kTmaDq>
+void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, cudaStream_t stream) {
+  using L = Sm90BwdLayout<T, D, kTmaDq>;
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(backward_sm90_kernel<T, D, kTmaDq>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
+  backward_sm90_kernel<T, D, kTmaDq><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash backward_sm90_kernel");
 }
 
 template <class T, int D>
 void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   using L = Sm90BwdLayout<T, D>;
-  Sm90BwdMaps maps;
+  Sm90BwdMaps maps{};
   maps.k = make_thd_map<T>(p.k, D, p.heads_kv, p.seqlen_k, p.k_head, p.k_tok, L::kKeys, "k");
   maps.v = make_thd_map<T>(p.v, D, p.heads_kv, p.seqlen_k, p.v_head, p.v_tok, L::kKeys, "v");
   maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, kTile, "q");
   maps.d_o = make_thd_map<T>(p.d_o, D, p.heads_q, p.seqlen_q, p.do_head, p.do_tok, kTile, "d_o");
-  LCA_FLEX_CUDA_CHECK(
-      cudaFuncSetAttribute(backward_sm90_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
-  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
-  backward_sm90_kernel<T, D><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
-  LCA_FLEX_CHECK_LAUNCH("flex_flash backward_sm90_kernel");
+  if (backward_variant() == "sm90_tmadq") {
+    maps.dq = make_dq_accum_map(p.dq_accum, D, p.heads_q, p.seqlen_q, kTile);
+    launch_backward_sm90_variant<T, D, true>(p, maps, stream);
+  } else {
+    launch_backward_sm90_variant<T, D, false>(p, maps, stream);
+  }
 }
 
 }  // namespace lca_flex_flash::dev

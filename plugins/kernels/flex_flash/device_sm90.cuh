@@ -1,6 +1,6 @@
 // Hopper (sm_90a) building blocks of flex_flash: mbarriers, TMA tile loads (cp.async.bulk.tensor),
 // warpgroup MMAs with A in registers (wgmma.mma_async ... RS) and their shared-memory
-// descriptors, register reallocation. Used by forward_sm90.cuh only.
+// descriptors, register reallocation, TMA reduce-add. Used by forward_sm90.cuh and backward_sm90.cuh.
 // Rule: every shared tile read by wgmma is written by TMA with the 128-byte swizzle, 1024-byte
 // aligned: 64-element (128-byte) rows, the 16-byte chunk c of row r stored at chunk c ^ (r % 8).
 // The wgmma wrappers are compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL).
@@ -53,6 +53,26 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int32
       "[%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
+}
+// Adds the shared-memory box at src into the 3-D tensor map's box at (c0, c1, c2), elementwise
+// in the map's type (fp32 here), as one bulk async-group operation of this thread; elements past
+// the tensor's end are skipped.
+__device__ __forceinline__ void tma_reduce_add_3d(const void* map, uint32_t src, int32_t c0, int32_t c1, int32_t c2) {
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most N of this thread's bulk groups are still in flight (writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void tma_prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");

@@ -56,6 +56,25 @@ CUtensorMap make_thd_map(const void* data, int head_dim, int64_t heads, int64_t 
   return map;
 }
 
+// A 3-D map over flex_flash's fp32 dQ accumulator [tokens][heads][head dim] (dense): boxes of 32
+// floats (128 bytes, swizzled) x 1 head x rows tokens, for the backward's TMA reduce-add.
+inline CUtensorMap make_dq_accum_map(float* data, int head_dim, int64_t heads, int64_t tokens, uint32_t rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(tokens)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_dim) * sizeof(float),
+                                 static_cast<cuuint64_t>(heads * head_dim) * sizeof(float)};
+  const cuuint32_t box[3] = {32, 1, rows};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, data, dims, strides, box, elem,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw lca::Error(LCA_ERR_DEVICE, "flex_flash: cuTensorMapEncodeTiled failed for the dQ accumulator (CUresult " +
+                                         std::to_string(static_cast<int>(r)) + ")");
+  return map;
+}
+
 // The sm_90a code was built (LCA_FLEX_SM90A, set by CMake when the architectures include 90a)
 // and the current GPU is compute capability 9.0.
 inline bool sm90_device() {

@@ -33,9 +33,12 @@ save() { tar czf "$final_out/logs.tgz" -C "$work" . 2>/dev/null; }
 has() { [[ " $phases " == *" $1 "* ]]; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv,noheader
-echo "root $PWD, $(nproc) cores, git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "root $PWD, $(nproc) cores, revision ${LCA_REVISION:-$(git describe --always --dirty 2>/dev/null || echo unknown) (from the copied .git)}"
+# LCA_REVISION: the revision the shipped tree really is (`git describe --always --dirty` where it
+# was sent from; this copy's .git may be stale), for the run records.
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DCUDNN_FRONTEND_INCLUDE_DIR="$PWD/.deps/cudnn_frontend/include" -DLCA_WITH_TORCH=AUTO \
+  -DLCA_GIT_REVISION="${LCA_REVISION:-}" \
   > "$work/configure.log" 2>&1 || { tail -30 "$work/configure.log"; save; exit 1; }
 grep -E "^-- lca: " "$work/configure.log" | sed 's/^-- /   /'
 stamp "configured"

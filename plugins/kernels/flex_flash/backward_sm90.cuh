@@ -10,9 +10,9 @@
 //   dQ = dS K                             dS^T through shared memory (both warpgroups' keys),
 //                                         each warpgroup one half of the head dim (d128), fp32
 //                                         atomics into the accumulator of run_backward
-// The sm90_tmadq variant (kTmaDq) writes dQ into a shared fp32 tile instead, and warp 2 of the
-// producer adds the tile to the accumulator with TMA reduce-adds (one per 32 columns), so that
-// the consumers issue no global atomics.
+// The sm90_tmadq variant (kTmaDq) issues dQ's GEMM before dV's and dK's and writes dQ into a
+// shared fp32 tile while those run; warp 2 of the producer adds the tile to the accumulator with
+// TMA reduce-adds (one per 32 columns), so that the consumers issue no global atomics.
 // Used by run_backward<T, D> (backward.cuh) unless LCA_FLEX_BACKWARD=mma, where the GPU is sm_90 and
 // the schedule has 128-key tiles.
 // Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(384, 1)
     backward_sm90_kernel(const BwdParams p, const __grid_constant__ Sm90BwdMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Sm90BwdLayout<T, D, kTmaDq>;
-  constexpr bool kSplitD = D == 128;  // d128: each consumer half the head dim of dQ; d64: consumer 0
+  constexpr bool kSplitD = D == 128;  // dQ: d128, each consumer half the head dim; d64, consumer 0
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -225,35 +225,37 @@ __global__ void __launch_bounds__(384, 1)
               da[kk][j];
         }
     }
-    // dV += P^T dO and dK += dS^T Q: B N-major (head dim contiguous), halves kTile rows apart.
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::smem_desc(sdo(b) + kk * 16 * 128, kTile * 128, 1024), 1);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::smem_desc(sq(b) + kk * 16 * 128, kTile * 128, 1024), 1);
-    sm90::wgmma_commit();
-
-    // dQ = dS K over the block's 128 keys, once both warpgroups' dS^T are in shared memory.
-    sm90::fence_proxy_async();
-    sm90::named_sync(1, 256);
-    if (kSplitD || c == 0) {
+    const bool writes_dq = kSplitD || c == 0;  // d128: each warpgroup half the head dim; d64: warpgroup 0
+    if constexpr (kTmaDq) {
+      // dQ = dS K first, once both warpgroups' dS^T are in shared memory, then dV += P^T dO and
+      // dK += dS^T Q: the dQ tile goes to shared memory while the tensor cores run dV and dK.
+      sm90::fence_proxy_async();
+      sm90::named_sync(1, 256);
       float dq[32];
-      const uint32_t k_half = sk + (kSplitD ? c : 0) * (L::kKeys * 128);
+      if (writes_dq) {
+        const uint32_t k_half = sk + (kSplitD ? c : 0) * (L::kKeys * 128);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < L::kKeys / 16; ++ks)
+          sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::smem_desc(sds(b) + ks * 16 * 128, 8192, 1024),
+                                                   sm90::smem_desc(k_half + ks * 16 * 128, L::kKeys * 128, 1024),
+                                                   ks > 0);
+        sm90::wgmma_commit();
+      }
       sm90::wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < L::kKeys / 16; ++ks)
-        sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::smem_desc(sds(b) + ks * 16 * 128, 8192, 1024),
-                                                 sm90::smem_desc(k_half + ks * 16 * 128, L::kKeys * 128, 1024),
-                                                 ks > 0);
+      for (int kk = 0; kk < 4; ++kk)
+        sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::smem_desc(sdo(b) + kk * 16 * 128, kTile * 128, 1024), 1);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::smem_desc(sq(b) + kk * 16 * 128, kTile * 128, 1024), 1);
       sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(dq);
-      // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1).
-      if constexpr (kTmaDq) {
-        // Into the shared tile (rows past the end too: the reduce-add skips them), once the
-        // reducer has read the previous tile's.
+      if (writes_dq) {
+        sm90::wgmma_wait<1>();  // dQ's group, the older one
+        sm90::fence_regs(dq);
+        // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1): into
+        // the shared tile (rows past the end too: the reduce-add skips them), once the reducer
+        // has read the previous tile's.
         if (it > 0) sm90::mbar_wait(dq_empty, (it - 1) & 1);
         char* tile = gbase + L::kDqOffset;
 #pragma unroll
@@ -269,7 +271,35 @@ __global__ void __launch_bounds__(384, 1)
         }
         sm90::fence_proxy_async();
         sm90::mbar_arrive(dq_full);
-      } else {
+      }
+      sm90::wgmma_wait<0>();
+    } else {
+      // dV += P^T dO and dK += dS^T Q: B N-major (head dim contiguous), halves kTile rows apart.
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::smem_desc(sdo(b) + kk * 16 * 128, kTile * 128, 1024), 1);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::smem_desc(sq(b) + kk * 16 * 128, kTile * 128, 1024), 1);
+      sm90::wgmma_commit();
+
+      // dQ = dS K over the block's 128 keys, once both warpgroups' dS^T are in shared memory.
+      sm90::fence_proxy_async();
+      sm90::named_sync(1, 256);
+      if (writes_dq) {
+        float dq[32];
+        const uint32_t k_half = sk + (kSplitD ? c : 0) * (L::kKeys * 128);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < L::kKeys / 16; ++ks)
+          sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::smem_desc(sds(b) + ks * 16 * 128, 8192, 1024),
+                                                   sm90::smem_desc(k_half + ks * 16 * 128, L::kKeys * 128, 1024),
+                                                   ks > 0);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs(dq);
+        // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1).
         const int64_t row_a = q0 + 16 * warp + g, row_b = row_a + 8;
         const int col0 = (kSplitD ? 64 * c : 0) + 2 * t4;
         float* acc_a = p.dq_accum + (row_a * p.heads_q + hq) * D + col0;
@@ -279,9 +309,9 @@ __global__ void __launch_bounds__(384, 1)
           if (row_a < p.seqlen_q) add_pair(acc_a + n * 8, dq[4 * n], dq[4 * n + 1]);
           if (row_b < p.seqlen_q) add_pair(acc_b + n * 8, dq[4 * n + 2], dq[4 * n + 3]);
         }
+      } else {
+        sm90::wgmma_wait<0>();
       }
-    } else {
-      sm90::wgmma_wait<0>();
     }
     sm90::fence_regs(dk);
     sm90::fence_regs(dv);

@@ -9,9 +9,11 @@
 #   phases: flex (SASS check + tests under every variant; QUICK=1: the default variant only),
 #   time (flex_flash vs cudnn_sdpa, kernels-16k), cp (GPU CP suite), torch (the peers' tests, with
 #   a backtrace from cuda-gdb if the binary dies), peers (the peers beside flex_flash and
-#   cudnn_sdpa in one lcahost run, PEER_MASKS, default full,causal,causal_document), variant (tests
-#   and a timing run under VARIANT, default LCA_FLEX_BACKWARD=sm90_tmadq), torchdiag (the libraries and symbol
-#   bindings of the torch peers' test process, LD_DEBUG), long512 (long-512k-all with
+#   cudnn_sdpa in one lcahost run, PEER_MASKS, default full,causal,causal_document), sanitize
+#   (compute-sanitizer memcheck / racecheck / synccheck on three small cases, default kernels and
+#   SANITIZE_VARIANT), variant (tests and a timing run under VARIANT, default
+#   LCA_FLEX_BACKWARD=sm90_tmadq), torchdiag (the libraries and symbol bindings of the torch
+#   peers' test process, LD_DEBUG), long512 (long-512k-all with
 #   LONG_KERNELS, default flex_flash), paper (paper-dense with PAPER_KERNELS, default flex_flash,
 #   cudnn_sdpa and every torch peer built, on PAPER_MASKS, default all, with PAPER_ARGS, default
 #   "--warmup 1 --repeats 5"; resumes results/device/paper-dense.jsonl when it is there).
@@ -89,6 +91,25 @@ if has torch && [ "$(left)" -gt 30 ]; then
       grep -E "^#[0-9]+ " "$work/torch_peers_backtrace.log" | head -25 | cut -c1-200
     fi
   fi
+  save
+fi
+if has sanitize && [ "$(left)" -gt 60 ]; then
+  # compute-sanitizer (memcheck, racecheck, synccheck) on three small hand cases (d128 causal with
+  # GQA, d64 f16 with rows shared by slices, d128 with empty rows), under the default kernels and
+  # under SANITIZE_VARIANT (default LCA_FLEX_BACKWARD=sm90_tmadq).
+  cases='Masks/FlexFlashHand.MatchesCpuReference/causal_1000_gqa2_d128_bf16'
+  cases+=':Masks/FlexFlashHand.MatchesCpuReference/shared_rows_300_gqa1_d64_f16'
+  cases+=':Masks/FlexFlashHand.MatchesCpuReference/empty_rows_1000_gqa3_d128_f16'
+  for variant in LCA_FLEX_DEFAULT=1 "${SANITIZE_VARIANT:-LCA_FLEX_BACKWARD=sm90_tmadq}"; do
+    for tool in memcheck racecheck synccheck; do
+      [ "$(left)" -gt 30 ] || break 2
+      log="$work/sanitize_${tool}_${variant%%=*}_${variant#*=}.log"
+      env "$variant" timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        build-gpu/tests/gpu/flex_flash/test_flex_flash --gtest_filter="$cases" > "$log" 2>&1
+      echo "sanitize $tool, $variant: exit $? ($(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED TESTS" "$log" | tr '\n' ' ' | cut -c1-150))"
+    done
+  done
+  stamp "sanitize done"
   save
 fi
 if has variant && [ "$(left)" -gt 60 ]; then

@@ -95,10 +95,6 @@ nlohmann::json CheckResult::to_json() const {
   return j;
 }
 
-size_t ReferenceOutputs::bytes() const {
-  return (o.size() + lse.size() + dq.size() + dk.size() + dv.size()) * sizeof(float);
-}
-
 ReferenceOutputs compute_reference(Backend& be, KernelInstance& reference, const lca_problem& p,
                                    const lca_mask& mask, const CellBuffers& buf, const CheckOptions& opt) {
   ReferenceOutputs ref;

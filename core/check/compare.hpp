@@ -62,7 +62,6 @@ struct ReferenceOutputs {
   std::vector<int> q_heads, kv_heads;  // the sampled heads, ascending
   std::string note;                    // e.g. "checked kv groups 0 4 of 8"; empty when all
   std::vector<float> o, lse, dq, dk, dv;  // lse [heads, tokens]; dq/dk/dv only for backward
-  size_t bytes() const;
 };
 
 // Runs the reference on the cell's inputs (buffers: q, k, v and, for backward, d_o). Throws

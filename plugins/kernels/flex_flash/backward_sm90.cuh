@@ -226,22 +226,9 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
     const bool writes_dq = kSplitD || c == 0;  // d128: each warpgroup half the head dim; d64: warpgroup 0
-    if constexpr (kTmaDq) {
-      // dQ = dS K first, once both warpgroups' dS^T are in shared memory, then dV += P^T dO and
-      // dK += dS^T Q: the dQ tile goes to shared memory while the tensor cores run dV and dK.
-      sm90::fence_proxy_async();
-      sm90::named_sync(1, 256);
-      float dq[32];
-      if (writes_dq) {
-        const uint32_t k_half = sk + (kSplitD ? c : 0) * (L::kKeys * 128);
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < L::kKeys / 16; ++ks)
-          sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::smem_desc(sds(b) + ks * 16 * 128, 8192, 1024),
-                                                   sm90::smem_desc(k_half + ks * 16 * 128, L::kKeys * 128, 1024),
-                                                   ks > 0);
-        sm90::wgmma_commit();
-      }
+    // dV += P^T dO and dK += dS^T Q, one wgmma group: B N-major (head dim contiguous), halves
+    // kTile rows apart.
+    auto issue_dv_dk = [&] {
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
@@ -250,8 +237,33 @@ __global__ void __launch_bounds__(384, 1)
       for (int kk = 0; kk < 4; ++kk)
         sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::smem_desc(sq(b) + kk * 16 * 128, kTile * 128, 1024), 1);
       sm90::wgmma_commit();
+    };
+    // dQ = dS K over the block's 128 keys, one wgmma group; both warpgroups' dS^T must be in
+    // shared memory.
+    auto issue_dq = [&](float (&dq)[32]) {
+      const uint32_t k_half = sk + (kSplitD ? c : 0) * (L::kKeys * 128);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < L::kKeys / 16; ++ks)
+        sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::smem_desc(sds(b) + ks * 16 * 128, 8192, 1024),
+                                                 sm90::smem_desc(k_half + ks * 16 * 128, L::kKeys * 128, 1024),
+                                                 ks > 0);
+      sm90::wgmma_commit();
+    };
+    if constexpr (kTmaDq) {
+      // dQ first, then dV and dK: the dQ tile goes to shared memory while the tensor cores run
+      // dV and dK.
+      sm90::fence_proxy_async();
+      sm90::named_sync(1, 256);
+      float dq[32];
+      if (writes_dq) issue_dq(dq);
+      issue_dv_dk();
       if (writes_dq) {
-        sm90::wgmma_wait<1>();  // dQ's group, the older one
+        // d128: wait for dQ's group alone (the older one). d64, where only warpgroup 0 computes
+        // dQ, waits for both: with the branch around dQ's group, ptxas serialized every wgmma
+        // of that kernel (C7514) when dQ was read while dV and dK were still in flight.
+        if constexpr (kSplitD) sm90::wgmma_wait<1>();
+        else sm90::wgmma_wait<0>();
         sm90::fence_regs(dq);
         // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1): into
         // the shared tile (rows past the end too: the reduce-add skips them), once the reducer
@@ -274,29 +286,14 @@ __global__ void __launch_bounds__(384, 1)
       }
       sm90::wgmma_wait<0>();
     } else {
-      // dV += P^T dO and dK += dS^T Q: B N-major (head dim contiguous), halves kTile rows apart.
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::smem_desc(sdo(b) + kk * 16 * 128, kTile * 128, 1024), 1);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::smem_desc(sq(b) + kk * 16 * 128, kTile * 128, 1024), 1);
-      sm90::wgmma_commit();
+      issue_dv_dk();
 
-      // dQ = dS K over the block's 128 keys, once both warpgroups' dS^T are in shared memory.
+      // dQ once both warpgroups' dS^T are in shared memory.
       sm90::fence_proxy_async();
       sm90::named_sync(1, 256);
       if (writes_dq) {
         float dq[32];
-        const uint32_t k_half = sk + (kSplitD ? c : 0) * (L::kKeys * 128);
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < L::kKeys / 16; ++ks)
-          sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::smem_desc(sds(b) + ks * 16 * 128, 8192, 1024),
-                                                   sm90::smem_desc(k_half + ks * 16 * 128, L::kKeys * 128, 1024),
-                                                   ks > 0);
-        sm90::wgmma_commit();
+        issue_dq(dq);
         sm90::wgmma_wait<0>();
         sm90::fence_regs(dq);
         // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1).

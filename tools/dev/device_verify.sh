@@ -12,8 +12,9 @@
 #   cudnn_sdpa in one lcahost run, PEER_MASKS, default full,causal,causal_document), sanitize
 #   (compute-sanitizer memcheck / racecheck / synccheck on three small cases, default kernels and
 #   SANITIZE_VARIANT), variant (tests and a timing run under VARIANT, default
-#   LCA_FLEX_BACKWARD=sm90_tmadq), torchdiag (the libraries and symbol bindings of the torch
-#   peers' test process, LD_DEBUG), long512 (long-512k-all with
+#   LCA_FLEX_BACKWARD=sm90_atomic), torchdiag (the libraries and symbol bindings of the torch
+#   peers' test process, LD_DEBUG), ncu (Nsight Compute on one launch of the Hopper forward and
+#   backward, NCU_MASK at 16K, NCU_ENV), long512 (long-512k-all with
 #   LONG_KERNELS, default flex_flash), paper (paper-dense with PAPER_KERNELS, default flex_flash,
 #   cudnn_sdpa and every torch peer built, on PAPER_MASKS, default all, with PAPER_ARGS, default
 #   "--warmup 1 --repeats 5"; resumes results/device/paper-dense.jsonl when it is there).
@@ -96,11 +97,11 @@ fi
 if has sanitize && [ "$(left)" -gt 60 ]; then
   # compute-sanitizer (memcheck, racecheck, synccheck) on three small hand cases (d128 causal with
   # GQA, d64 f16 with rows shared by slices, d128 with empty rows), under the default kernels and
-  # under SANITIZE_VARIANT (default LCA_FLEX_BACKWARD=sm90_tmadq).
+  # under SANITIZE_VARIANT (default LCA_FLEX_BACKWARD=sm90_atomic).
   cases='Masks/FlexFlashHand.MatchesCpuReference/causal_1000_gqa2_d128_bf16'
   cases+=':Masks/FlexFlashHand.MatchesCpuReference/shared_rows_300_gqa1_d64_f16'
   cases+=':Masks/FlexFlashHand.MatchesCpuReference/empty_rows_1000_gqa3_d128_f16'
-  for variant in LCA_FLEX_DEFAULT=1 "${SANITIZE_VARIANT:-LCA_FLEX_BACKWARD=sm90_tmadq}"; do
+  for variant in LCA_FLEX_DEFAULT=1 "${SANITIZE_VARIANT:-LCA_FLEX_BACKWARD=sm90_atomic}"; do
     for tool in memcheck racecheck synccheck; do
       [ "$(left)" -gt 30 ] || break 2
       log="$work/sanitize_${tool}_${variant%%=*}_${variant#*=}.log"
@@ -113,10 +114,10 @@ if has sanitize && [ "$(left)" -gt 60 ]; then
   save
 fi
 if has variant && [ "$(left)" -gt 60 ]; then
-  # A kernel variant on trial (VARIANT, default LCA_FLEX_BACKWARD=sm90_tmadq): the GPU tests under
+  # A kernel variant (VARIANT, default LCA_FLEX_BACKWARD=sm90_atomic): the GPU tests under
   # it, then a timing run beside cudnn_sdpa, right after the default's (the two runs share the
   # machine, not the process: the variant is read once per process).
-  variant=${VARIANT:-LCA_FLEX_BACKWARD=sm90_tmadq}
+  variant=${VARIANT:-LCA_FLEX_BACKWARD=sm90_atomic}
   tag=${variant#*=}
   env "$variant" build-gpu/tests/gpu/flex_flash/test_flex_flash > "$work/test_flex_flash_$tag.log" 2>&1
   echo "tests, $variant: $(grep -E "PASSED|FAILED TESTS" "$work/test_flex_flash_$tag.log" | tr '\n' ' ')"
@@ -127,6 +128,29 @@ if has variant && [ "$(left)" -gt 60 ]; then
       --out "$work/flex-kernels-16k-$tag.jsonl" 2>&1 | tee "$work/run-$tag.log" | grep -v " X  " | tail -12
   fi
   stamp "variant $variant done"
+  save
+fi
+if has ncu && [ "$(left)" -gt 60 ]; then
+  # Nsight Compute on one launch of each Hopper kernel (NCU_MASK at 16K, default full; NCU_ENV
+  # picks variants): throughput against the GPU's peaks, tensor-pipe use, L2 / shared traffic
+  # and the warps' stall reasons. Clocks are locked to base under ncu: read ratios, not rates.
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$ncu_bin" ]; then
+    echo "ncu: not found"
+  else
+    for kernel in forward_sm90_kernel backward_sm90_kernel; do
+      [ "$(left)" -gt 40 ] || break
+      log="$work/ncu_$kernel.log"
+      env ${NCU_ENV:-LCA_FLEX_DEFAULT=1} timeout "$(( $(left) - 10 ))" "$ncu_bin" --kernel-name "regex:$kernel" \
+        --launch-count 1 --print-details all --section SpeedOfLight --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy \
+        build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix kernels-16k --kernels flex_flash \
+        --masks "${NCU_MASK:-full}" --no-check --warmup 0 --repeats 1 > "$log" 2>&1
+      echo "ncu $kernel: exit $?"
+      grep -E "==ERR|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|DRAM Throughput|Executed Ipc A|Issue Slots Busy|Registers Per|Shared Memory Configuration Size|Achieved Occupancy|Stall|One or More Eligible|No Eligible|Active Warps Per|Eligible Warps Per|Warp Cycles Per Issued" "$log" | cut -c1-150 | head -40
+    done
+  fi
+  stamp "ncu done"
   save
 fi
 if has torchdiag && [ "$(left)" -gt 60 ]; then

@@ -8,11 +8,13 @@
 //   P^T = exp2(S^T scale - LSE), dS^T = P^T (dP^T - delta), masked on partial tiles
 //   dV += P^T dO, dK += dS^T Q            wgmma, P^T / dS^T from registers
 //   dQ = dS K                             dS^T through shared memory (both warpgroups' keys),
-//                                         each warpgroup one half of the head dim (d128), fp32
-//                                         atomics into the accumulator of run_backward
-// The sm90_tmadq variant (kTmaDq) issues dQ's GEMM before dV's and dK's and writes dQ into a
+//                                         each warpgroup one half of the head dim (d128), added
+//                                         into the fp32 accumulator of run_backward
+// By default (kTmaDq) the consumers issue dQ's GEMM before dV's and dK's and write dQ into a
 // shared fp32 tile while those run; warp 2 of the producer adds the tile to the accumulator with
-// TMA reduce-adds (one per 32 columns), so that the consumers issue no global atomics.
+// TMA reduce-adds (one per 32 columns), so that the consumers issue no global atomics. The
+// sm90_atomic variant (!kTmaDq, the default until v9) has each consumer thread add its dQ
+// fragment with fp32 atomics instead.
 // Used by run_backward<T, D> (backward.cuh) unless LCA_FLEX_BACKWARD=mma, where the GPU is sm_90 and
 // the schedule has 128-key tiles.
 // Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
@@ -336,11 +338,11 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// Which backward runs on an sm_90 GPU, from LCA_FLEX_BACKWARD: "sm90" (the default: this kernel,
-// which passed the GPU tests on an H100), "sm90_tmadq" (this kernel with dQ through TMA
-// reduce-adds; on trial) or "mma" (the portable mma.sync kernel).
+// Which backward runs on an sm_90 GPU, from LCA_FLEX_BACKWARD: "sm90" (the default: this kernel
+// with dQ through TMA reduce-adds, 1.25-1.3x sm90_atomic's rate on an H100, NOTES v9),
+// "sm90_atomic" (this kernel with dQ through fp32 atomics) or "mma" (the portable mma.sync kernel).
 inline const std::string& backward_variant() {
-  static const std::string v = variant_env("LCA_FLEX_BACKWARD", "mma sm90 sm90_tmadq");
+  static const std::string v = variant_env("LCA_FLEX_BACKWARD", "mma sm90 sm90_atomic");
   return v;
 }
 inline bool sm90_backward_available() { return backward_variant() != "mma" && sm90_device(); }
@@ -363,11 +365,11 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   maps.v = make_thd_map<T>(p.v, D, p.heads_kv, p.seqlen_k, p.v_head, p.v_tok, L::kKeys, "v");
   maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, kTile, "q");
   maps.d_o = make_thd_map<T>(p.d_o, D, p.heads_q, p.seqlen_q, p.do_head, p.do_tok, kTile, "d_o");
-  if (backward_variant() == "sm90_tmadq") {
+  if (backward_variant() == "sm90_atomic") {
+    launch_backward_sm90_variant<T, D, false>(p, maps, stream);
+  } else {
     maps.dq = make_dq_accum_map(p.dq_accum, D, p.heads_q, p.seqlen_q, kTile);
     launch_backward_sm90_variant<T, D, true>(p, maps, stream);
-  } else {
-    launch_backward_sm90_variant<T, D, false>(p, maps, stream);
   }
 }
 

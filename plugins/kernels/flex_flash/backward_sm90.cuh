@@ -176,21 +176,26 @@ __global__ void __launch_bounds__(384, 1)
     sm90::mbar_wait(full(b), (it / L::kStages) & 1);
 
     // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries, K-major operands in shared memory.
+    // Each operand's descriptor is made once a tile; a k-step's is that plus its byte offset
+    // (sm90::desc_plus): one add per wgmma operand instead of a mask, shift and or.
+    const uint64_t k_desc = sm90::smem_desc(sk + 64 * c * 128, 16, 1024);
+    const uint64_t v_desc = sm90::smem_desc(sv + 64 * c * 128, 16, 1024);
+    const uint64_t q_desc = sm90::smem_desc(sq(b), 16, 1024), do_desc = sm90::smem_desc(sdo(b), 16, 1024);
     float st[32], dpt[32];
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t kv_off = (ks >> 2) * (L::kKeys * 128) + 64 * c * 128 + (ks & 3) * 32;
+      const uint32_t kv_off = (ks >> 2) * (L::kKeys * 128) + (ks & 3) * 32;
       const uint32_t q_off = (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
-      sm90::WgmmaSS<T, 64>::template run<0, 0>(st, sm90::smem_desc(sk + kv_off, 16, 1024),
-                                               sm90::smem_desc(sq(b) + q_off, 16, 1024), ks > 0);
+      sm90::WgmmaSS<T, 64>::template run<0, 0>(st, sm90::desc_plus(k_desc, kv_off), sm90::desc_plus(q_desc, q_off),
+                                               ks > 0);
     }
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t kv_off = (ks >> 2) * (L::kKeys * 128) + 64 * c * 128 + (ks & 3) * 32;
+      const uint32_t kv_off = (ks >> 2) * (L::kKeys * 128) + (ks & 3) * 32;
       const uint32_t q_off = (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
-      sm90::WgmmaSS<T, 64>::template run<0, 0>(dpt, sm90::smem_desc(sv + kv_off, 16, 1024),
-                                               sm90::smem_desc(sdo(b) + q_off, 16, 1024), ks > 0);
+      sm90::WgmmaSS<T, 64>::template run<0, 0>(dpt, sm90::desc_plus(v_desc, kv_off), sm90::desc_plus(do_desc, q_off),
+                                               ks > 0);
     }
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
@@ -198,6 +203,8 @@ __global__ void __launch_bounds__(384, 1)
     sm90::fence_regs(dpt);
 
     // P^T and dS^T (key rows g: e = 0, 1; g + 8: e = 2, 3; query column 8 n + 2 t4 + (e & 1)).
+    // The bitmask words are read after the wait: read between the commit and the wait, ptxas
+    // serialized the kernel's wgmmas (C7517 / C7519).
     uint64_t w[2] = {~uint64_t{0}, ~uint64_t{0}};
     if (mask >= 0) {
       const uint64_t* bits = p.sched.bits + int64_t{mask} * L::kKeys + key0 + g;
@@ -231,25 +238,27 @@ __global__ void __launch_bounds__(384, 1)
     // dV += P^T dO and dK += dS^T Q, one wgmma group: B N-major (head dim contiguous), halves
     // kTile rows apart.
     auto issue_dv_dk = [&] {
+      const uint64_t do_desc_n = sm90::smem_desc(sdo(b), kTile * 128, 1024);
+      const uint64_t q_desc_n = sm90::smem_desc(sq(b), kTile * 128, 1024);
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::smem_desc(sdo(b) + kk * 16 * 128, kTile * 128, 1024), 1);
+        sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::desc_plus(do_desc_n, kk * 16 * 128), 1);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::smem_desc(sq(b) + kk * 16 * 128, kTile * 128, 1024), 1);
+        sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::desc_plus(q_desc_n, kk * 16 * 128), 1);
       sm90::wgmma_commit();
     };
     // dQ = dS K over the block's 128 keys, one wgmma group; both warpgroups' dS^T must be in
     // shared memory.
     auto issue_dq = [&](float (&dq)[32]) {
-      const uint32_t k_half = sk + (kSplitD ? c : 0) * (L::kKeys * 128);
+      const uint64_t ds_desc = sm90::smem_desc(sds(b), 8192, 1024);
+      const uint64_t kd_desc = sm90::smem_desc(sk + (kSplitD ? c : 0) * (L::kKeys * 128), L::kKeys * 128, 1024);
       sm90::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < L::kKeys / 16; ++ks)
-        sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::smem_desc(sds(b) + ks * 16 * 128, 8192, 1024),
-                                                 sm90::smem_desc(k_half + ks * 16 * 128, L::kKeys * 128, 1024),
-                                                 ks > 0);
+        sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::desc_plus(ds_desc, ks * 16 * 128),
+                                                 sm90::desc_plus(kd_desc, ks * 16 * 128), ks > 0);
       sm90::wgmma_commit();
     };
     if constexpr (kTmaDq) {

@@ -143,4 +143,36 @@ struct TileCursor {
   }
 };
 
+// TileCursor's walk with the current run's fields held in registers (three more than
+// TileCursor), for the Hopper forward's consumers, which look at the cursor between every two
+// tiles. The backward keeps TileCursor: its consumers have no registers to spare (ptxas spills).
+struct CachedTileCursor {
+  const TileRun* runs;
+  int32_t run, run_end, tile;
+  int32_t end = 0, mask_base = 0;  // the current run's end; its first tile's bitmask minus its begin
+  bool partial = false;            // whether the current run's tiles have bitmasks
+
+  __device__ __forceinline__ CachedTileCursor(const TileRun* all, const int32_t* offsets, int32_t row_tile)
+      : runs(all), run(offsets[row_tile]), run_end(offsets[row_tile + 1]), tile(0) {
+    if (run < run_end) enter();
+  }
+  __device__ __forceinline__ bool valid() const { return run < run_end; }
+  // Index of this tile's bitmask, or -1 when the tile is fully visible.
+  __device__ __forceinline__ int32_t mask() const { return partial ? mask_base + tile : -1; }
+  __device__ __forceinline__ void next() {
+    if (++tile >= end && ++run < run_end) enter();
+  }
+
+ private:
+  // The run's fields are read once, when the cursor enters it: the loop that walks the tiles then
+  // waits on no global load between two tiles of a run.
+  __device__ __forceinline__ void enter() {
+    const TileRun r = runs[run];
+    tile = r.begin;
+    end = r.end;
+    partial = r.mask >= 0;
+    mask_base = r.mask - r.begin;
+  }
+};
+
 }  // namespace lca_flex_flash::dev

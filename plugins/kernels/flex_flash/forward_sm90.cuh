@@ -135,39 +135,59 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  constexpr float kSlack = 8.f;  // log2 units: see softmax
   float sc[32];      // S of the current tile, then P in fp32
   uint32_t pa[4][4];  // P as the A operand of O += P V
 
   // S = Q K^T (64 rows x 64 keys a warpgroup; K is K-major: head dim contiguous), issued and
   // committed, not waited for.
+  // The descriptors of stage 0's K and V tiles; a stage's are these plus its offset.
+  const uint64_t k_desc0 = sm90::smem_desc(sk, 16, 1024), v_desc0 = sm90::smem_desc(sv, kTile * 128, 1024);
   auto issue_s = [&](int s) {
     if constexpr (kReloadQ) load_q();
-    const uint32_t k_tile = sk + s * L::kKVBytes;
+    const uint64_t k_desc = sm90::desc_plus(k_desc0, s * L::kKVBytes);
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t addr = k_tile + (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
-      sm90::WgmmaRS<T, 64>::template run<0>(sc, qa[ks], sm90::smem_desc(addr, 16, 1024), ks > 0);
+      const uint32_t offset = (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
+      sm90::WgmmaRS<T, 64>::template run<0>(sc, qa[ks], sm90::desc_plus(k_desc, offset), ks > 0);
     }
     sm90::wgmma_commit();
   };
   // O += P V (V is N-major: head dim contiguous along N; 64-column halves lie kTile rows apart),
   // issued and committed.
   auto issue_pv = [&](int s) {
-    const uint32_t v_tile = sv + s * L::kKVBytes;
+    const uint64_t v_desc = sm90::desc_plus(v_desc0, s * L::kKVBytes);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      sm90::WgmmaRS<T, D>::template run<1>(o, pa[kk], sm90::smem_desc(v_tile + kk * 16 * 128, kTile * 128, 1024), 1);
+      sm90::WgmmaRS<T, D>::template run<1>(o, pa[kk], sm90::desc_plus(v_desc, kk * 16 * 128), 1);
     sm90::wgmma_commit();
   };
   // Masks S (partial tiles only), moves the row maxima and sums, turns S into P in place and
   // gives the factors that bring O to the new maxima (log2 domain; rows g: e = 0, 1; g + 8:
-  // e = 2, 3). Touches neither O nor pa.
-  auto softmax = [&](int32_t mask, float (&alpha)[2]) {
-    if (mask >= 0) {
+  // e = 2, 3). Touches neither O nor pa. A row's reference maximum moves only when the tile's
+  // exceeds it by more than kSlack (2^8): P then stays below 2^8, which fp32 sums and the 16-bit
+  // P V operand hold as well as values below 1 (same relative precision), the result is exact
+  // (O and the sum share the reference), and O is rescaled only on the rare tiles that move it.
+  // The bitmask words of this thread's two rows in a partial tile, read before the tile's S is
+  // waited for, so that the global load does not stall the softmax.
+  struct RowBits {
+    bool partial;
+    uint64_t w[2];
+  };
+  auto row_bits = [&](int32_t mask) {
+    RowBits b{mask >= 0, {0, 0}};
+    if (b.partial) {
       const uint64_t* bits = p.sched.bits + int64_t{mask} * L::kRows + row0 + g;
-      const uint64_t w[2] = {bits[0], bits[8]};
+      b.w[0] = bits[0];
+      b.w[1] = bits[8];
+    }
+    return b;
+  };
+  auto softmax = [&](const RowBits& bits, float (&alpha)[2]) {
+    if (bits.partial) {
+      const uint64_t(&w)[2] = bits.w;
 #pragma unroll
       for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -181,11 +201,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * r], sc[4 * n + 2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_max[r], mx * p.scale_log2);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      alpha[r] = exp2f(row_max[r] - m_use);
-      row_max[r] = m_new;
-      row_sum[r] *= alpha[r];
+      const float tile_max = mx * p.scale_log2;
+      alpha[r] = 1.f;
+      if (tile_max > row_max[r] + kSlack) {  // also the first tile that sees anything (-inf before)
+        alpha[r] = exp2f(row_max[r] - tile_max);
+        row_max[r] = tile_max;
+        row_sum[r] *= alpha[r];
+      }
+      const float m_use = row_max[r] == -INFINITY ? 0.f : row_max[r];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         sc[4 * n + 2 * r] = exp2f(fmaf(sc[4 * n + 2 * r], p.scale_log2, -m_use));
@@ -195,6 +218,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     }
   };
   auto rescale_o = [&](const float (&alpha)[2]) {
+    if (alpha[0] == 1.f && alpha[1] == 1.f) return;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       o[4 * n + 0] *= alpha[0];
@@ -213,10 +237,18 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       pa[kk][3] = M::pack(sc[8 * kk + 6], sc[8 * kk + 7]);
     }
   };
-  auto stage_of = [](int it) { return it % L::kStages; };
-  auto parity_of = [](int it) { return static_cast<uint32_t>((it / L::kStages) & 1); };
+  // A tile's place in the ring: its stage and the phase of that stage's barriers, stepped along
+  // with the tiles (no division by the stage count in the loop).
+  struct Slot {
+    int stage = 0;
+    uint32_t phase = 0;
+  };
+  auto next_slot = [](Slot x) {
+    if (++x.stage == L::kStages) x = Slot{0, x.phase ^ 1u};
+    return x;
+  };
 
-  TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
+  CachedTileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
   float alpha[2];
   // Pingpong: consumer c issues its GEMMs only on its turn (named barrier 1 + c, which the other
   // consumer arrives at after issuing its own), consumer 0 first. Both walk the same tiles, so
@@ -232,16 +264,17 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   };
   if constexpr (!kOverlap) {
     // One tile at a time: S, softmax, P V, each waited for.
-    for (int it = 0; cur.valid(); ++it, cur.next()) {
-      const int s = stage_of(it);
-      sm90::mbar_wait(full_k(s), parity_of(it));
+    for (Slot x; cur.valid(); x = next_slot(x), cur.next()) {
+      const int s = x.stage;
+      sm90::mbar_wait(full_k(s), x.phase);
       issue_s(s);
+      const RowBits bits = row_bits(cur.mask());
       sm90::wgmma_wait<0>();
       sm90::fence_regs(sc);
-      softmax(cur.mask(), alpha);
+      softmax(bits, alpha);
       rescale_o(alpha);
       pack_p();
-      sm90::mbar_wait(full_v(s), parity_of(it));
+      sm90::mbar_wait(full_v(s), x.phase);
       issue_pv(s);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(o);
@@ -257,44 +290,47 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     take_turn();
     issue_s(0);
     pass_turn(false);
+    const RowBits bits0 = row_bits(cur.mask());
     sm90::wgmma_wait<0>();
     sm90::fence_regs(sc);
-    softmax(cur.mask(), alpha);  // O is zero: nothing to rescale
+    softmax(bits0, alpha);  // O is zero: nothing to rescale
     pack_p();
-    int prev = 0;
+    Slot prev;
     cur.next();
-    for (int it = 1; cur.valid(); ++it, cur.next()) {
-      const int s = stage_of(it);
-      sm90::mbar_wait(full_k(s), parity_of(it));
+    for (; cur.valid(); cur.next()) {
+      const Slot x = next_slot(prev);
+      const int s = x.stage;
+      sm90::mbar_wait(full_k(s), x.phase);
       if constexpr (kPingpong) {
         // Both tiles landed before the turn is taken: a turn is never held waiting for TMA.
-        sm90::mbar_wait(full_v(stage_of(prev)), parity_of(prev));
+        sm90::mbar_wait(full_v(prev.stage), prev.phase);
         take_turn();
         issue_s(s);
-        issue_pv(stage_of(prev));
+        issue_pv(prev.stage);
         pass_turn(false);
       } else {
         issue_s(s);
-        sm90::mbar_wait(full_v(stage_of(prev)), parity_of(prev));
-        issue_pv(stage_of(prev));
+        sm90::mbar_wait(full_v(prev.stage), prev.phase);
+        issue_pv(prev.stage);
       }
+      const RowBits bits = row_bits(cur.mask());
       sm90::wgmma_wait<1>();  // S of tile it
       sm90::fence_regs(sc);
-      softmax(cur.mask(), alpha);
+      softmax(bits, alpha);
       sm90::wgmma_wait<0>();  // P V of tile it - 1
       sm90::fence_regs(o);
-      sm90::mbar_arrive(empty(stage_of(prev)));
+      sm90::mbar_arrive(empty(prev.stage));
       rescale_o(alpha);
       pack_p();
-      prev = it;
+      prev = x;
     }
-    sm90::mbar_wait(full_v(stage_of(prev)), parity_of(prev));
+    sm90::mbar_wait(full_v(prev.stage), prev.phase);
     take_turn();
-    issue_pv(stage_of(prev));
+    issue_pv(prev.stage);
     pass_turn(true);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o);
-    sm90::mbar_arrive(empty(stage_of(prev)));
+    sm90::mbar_arrive(empty(prev.stage));
   }
 
   // Finish: row sums across the 4 threads of a row, normalise, write O and LSE.

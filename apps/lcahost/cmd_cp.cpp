@@ -115,10 +115,7 @@ int cmd_cp(Options opt, int* argc, char*** argv) {
     const std::string device = krec->manifest.kernel.device;  // "cpu" or "cuda"
     if (opt.matrix.empty()) opt.matrix = device == "cuda" ? "cp-gpu-quick" : "cp-quick";
     auto spec = core::load_matrix_spec(opt.matrix, reg.dir());
-    if (!opt.masks.empty()) spec.masks = opt.masks;
-    if (opt.no_check) spec.check = false;
-    if (opt.warmup >= 0) spec.warmup = opt.warmup;
-    if (opt.repeats > 0) spec.repeats = opt.repeats;
+    apply_run_options(opt, spec);
     if (spec.seqlens_for(device).empty())
       throw std::runtime_error("matrix '" + spec.name + "' has no sequence lengths for " + device +
                                " (add \"" + device + "\": [...] to its seqlens, or pick a preset that has them: cp-quick "

@@ -100,14 +100,18 @@ Devices open_devices(const Options& opt) {
 core::MatrixSpec load_spec(const Options& opt, const core::Registry& reg) {
   core::MatrixSpec spec = core::load_matrix_spec(opt.matrix, reg.dir());
   if (!opt.kernels.empty()) spec.kernels = opt.kernels;
-  if (!opt.masks.empty()) spec.masks = opt.masks;
-  if (opt.no_check) spec.check = false;
-  if (opt.warmup >= 0) spec.warmup = opt.warmup;
-  if (opt.repeats > 0) spec.repeats = opt.repeats;
+  apply_run_options(opt, spec);
   return spec;
 }
 
 }  // namespace
+
+void apply_run_options(const Options& opt, core::MatrixSpec& spec) {
+  if (!opt.masks.empty()) spec.masks = opt.masks;
+  if (opt.no_check) spec.check = false;
+  if (opt.warmup >= 0) spec.warmup = opt.warmup;
+  if (opt.repeats > 0) spec.repeats = opt.repeats;
+}
 
 int cmd_list(const Options& opt) {
   const auto reg = core::Registry::load(plugin_dir(opt));

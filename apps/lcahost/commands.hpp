@@ -3,6 +3,8 @@
 // Rule: a command returns an exit status; it throws only for errors the user must fix.
 #pragma once
 
+#include "core/matrix/spec.hpp"
+
 #include <string>
 #include <vector>
 
@@ -53,6 +55,9 @@ struct Options {
 
 void configure_logging(const Options& opt);
 std::string plugin_dir(const Options& opt);
+// The command line's changes to a loaded matrix that every run takes (--masks, --no-check,
+// --warmup, --repeats); --kernels is the plain run's own.
+void apply_run_options(const Options& opt, core::MatrixSpec& spec);
 
 int cmd_list(const Options& opt);
 int cmd_caps(const Options& opt);

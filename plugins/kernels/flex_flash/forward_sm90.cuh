@@ -7,7 +7,8 @@
 // in the overlap variant the S of tile j is issued beside the P V of tile j - 1, so that the
 // softmax of tile j runs while the tensor cores do P V; in the pingpong variant the two consumers
 // also take turns to issue their GEMMs (named barriers), so that one's softmax runs while the
-// other's GEMMs are on the tensor cores.
+// other's GEMMs are on the tensor cores; in the k128 variant a step is 128 keys (two schedule
+// tiles) and S = Q K^T takes Q from shared memory, halving the per-step costs per key.
 // Used by launch_*.cu through run_forward<T, D> (forward.cuh) unless LCA_FLEX_FORWARD=mma, where
 // the GPU is sm_90 and the schedule has 128-row tiles.
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
@@ -34,12 +35,16 @@ struct Sm90Maps {
 
 // Stages: K/V tiles in flight. The overlapped kernel releases tile j - 1's stage only in the
 // middle of step j, so it needs 3 for the load of tile j + 1 to have a step to land.
-template <class T, int D, int Stages = 2>
+// Keys: keys a step, 64 (one schedule tile) or 128 (two schedule tiles, each loaded by its own
+// TMA boxes into one half of the step's rows, so they need not be adjacent).
+template <class T, int D, int Stages = 2, int Keys = kTile>
 struct Sm90Layout {
   static constexpr int kRows = 128;                     // query rows a block (two consumers of 64)
+  static constexpr int kKeys = Keys;
+  static constexpr int kSubs = Keys / kTile;            // schedule tiles a step
   static constexpr int kHalves = D / 64;                // 128-byte column halves of a row
   static constexpr int kQBytes = kRows * D * 2;         // Q: [half][128 rows][128 B]
-  static constexpr int kKVBytes = kTile * D * 2;        // one K or V tile: [half][64 rows][128 B]
+  static constexpr int kKVBytes = Keys * D * 2;         // one step's K or V: [half][Keys rows][128 B]
   static constexpr int kStages = Stages;
   static constexpr int kKOffset = kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
@@ -49,10 +54,18 @@ struct Sm90Layout {
   static constexpr int kThreads = 384;
 };
 
-template <class T, int D, bool kOverlap, bool kPingpong>
+// A step's schedule tile that does not exist (the odd last tile of a row tile in a 128-key step):
+// its keys are loaded again from the step's previous tile and masked out entirely.
+constexpr int32_t kAbsentTile = -2;
+
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile>
 __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Sm90Layout<T, D, kOverlap ? 3 : 2>;
+  using L = Sm90Layout<T, D, kOverlap ? 3 : 2, kKeys>;
+  static_assert(kKeys == kTile || (kKeys == 2 * kTile && kOverlap), "128-key steps: overlap kernels only");
+  // 128-key steps take S = Q K^T with Q from shared memory (SS): Q's 32 registers would not fit
+  // beside S (64), P (32) and O (64) of the wider step.
+  constexpr bool kQInSmem = kKeys > kTile;
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -88,18 +101,36 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       for (int half = 0; half < L::kHalves; ++half)
         sm90::tma_load_3d(sq + half * (L::kRows * 128), &maps.q, 64 * half, h, q_tile * L::kRows, bar_q);
       TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
-      for (int it = 0; cur.valid(); ++it, cur.next()) {
+      int32_t tile = 0;
+      for (int it = 0; cur.valid(); ++it) {
         const int s = it % L::kStages;
         if (it >= L::kStages) sm90::mbar_wait(empty(s), ((it / L::kStages) - 1) & 1);
+        // The step's schedule tiles; an absent one loads its predecessor's keys again (finite
+        // values under a zero P, and the same byte count on the barriers).
+        int32_t tiles[L::kSubs];
+#pragma unroll
+        for (int sub = 0; sub < L::kSubs; ++sub) {
+          if (cur.valid()) {
+            tile = cur.tile;
+            cur.next();
+          }
+          tiles[sub] = tile;
+        }
         const uint32_t k_dst = sk + s * L::kKVBytes, v_dst = sv + s * L::kKVBytes;
         sm90::mbar_arrive_expect_tx(full_k(s), L::kKVBytes);
 #pragma unroll
         for (int half = 0; half < L::kHalves; ++half)
-          sm90::tma_load_3d(k_dst + half * (kTile * 128), &maps.k, 64 * half, hk, cur.tile * kTile, full_k(s));
+#pragma unroll
+          for (int sub = 0; sub < L::kSubs; ++sub)
+            sm90::tma_load_3d(k_dst + half * (kKeys * 128) + sub * (kTile * 128), &maps.k, 64 * half, hk,
+                              tiles[sub] * kTile, full_k(s));
         sm90::mbar_arrive_expect_tx(full_v(s), L::kKVBytes);
 #pragma unroll
         for (int half = 0; half < L::kHalves; ++half)
-          sm90::tma_load_3d(v_dst + half * (kTile * 128), &maps.v, 64 * half, hk, cur.tile * kTile, full_v(s));
+#pragma unroll
+          for (int sub = 0; sub < L::kSubs; ++sub)
+            sm90::tma_load_3d(v_dst + half * (kKeys * 128) + sub * (kTile * 128), &maps.v, 64 * half, hk,
+                              tiles[sub] * kTile, full_v(s));
       }
     }
     return;
@@ -117,8 +148,8 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   // ptxas 13.0 gives Q's registers to other values inside the tile loop (the next iteration then
   // reads P as Q; tools/dev/check_wgmma_regs.py finds it in the SASS), so that kernel loads Q
   // again at every tile: 4 ldmatrix a warp, from shared memory that stays put.
-  constexpr bool kReloadQ = D == 64;
-  uint32_t qa[D / 16][4];
+  constexpr bool kReloadQ = D == 64 && !kQInSmem;
+  uint32_t qa[D / 16][4];  // unused (and dropped) where Q stays in shared memory
   auto load_q = [&] {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -129,38 +160,46 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     }
   };
   sm90::mbar_wait(bar_q, 0);
-  if constexpr (!kReloadQ) load_q();
+  if constexpr (!kReloadQ && !kQInSmem) load_q();
 
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   constexpr float kSlack = 8.f;  // log2 units: see softmax
-  float sc[32];      // S of the current tile, then P in fp32
-  uint32_t pa[4][4];  // P as the A operand of O += P V
+  float sc[kKeys / 2];         // S of the current step, then P in fp32
+  uint32_t pa[kKeys / 16][4];  // P as the A operand of O += P V
 
-  // S = Q K^T (64 rows x 64 keys a warpgroup; K is K-major: head dim contiguous), issued and
+  // S = Q K^T (64 rows x kKeys keys a warpgroup; K is K-major: head dim contiguous), issued and
   // committed, not waited for.
-  // The descriptors of stage 0's K and V tiles; a stage's are these plus its offset.
-  const uint64_t k_desc0 = sm90::smem_desc(sk, 16, 1024), v_desc0 = sm90::smem_desc(sv, kTile * 128, 1024);
+  // The descriptors of stage 0's K and V tiles; a stage's are these plus its offset. Q's (SS form
+  // only): this consumer's 64 rows of the [half][128 rows][128 B] tile.
+  const uint64_t k_desc0 = sm90::smem_desc(sk, 16, 1024), v_desc0 = sm90::smem_desc(sv, kKeys * 128, 1024);
+  const uint64_t q_desc = sm90::smem_desc(sq + c * (64 * 128), 16, 1024);
   auto issue_s = [&](int s) {
     if constexpr (kReloadQ) load_q();
     const uint64_t k_desc = sm90::desc_plus(k_desc0, s * L::kKVBytes);
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t offset = (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
-      sm90::WgmmaRS<T, 64>::template run<0>(sc, qa[ks], sm90::desc_plus(k_desc, offset), ks > 0);
+      const uint32_t offset = (ks >> 2) * (kKeys * 128) + (ks & 3) * 32;
+      if constexpr (kQInSmem) {
+        const uint32_t q_offset = (ks >> 2) * (L::kRows * 128) + (ks & 3) * 32;
+        sm90::WgmmaSS<T, kKeys>::template run<0, 0>(sc, sm90::desc_plus(q_desc, q_offset),
+                                                    sm90::desc_plus(k_desc, offset), ks > 0);
+      } else {
+        sm90::WgmmaRS<T, kKeys>::template run<0>(sc, qa[ks], sm90::desc_plus(k_desc, offset), ks > 0);
+      }
     }
     sm90::wgmma_commit();
   };
-  // O += P V (V is N-major: head dim contiguous along N; 64-column halves lie kTile rows apart),
+  // O += P V (V is N-major: head dim contiguous along N; 64-column halves lie kKeys rows apart),
   // issued and committed.
   auto issue_pv = [&](int s) {
     const uint64_t v_desc = sm90::desc_plus(v_desc0, s * L::kKVBytes);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int kk = 0; kk < kKeys / 16; ++kk)
       sm90::WgmmaRS<T, D>::template run<1>(o, pa[kk], sm90::desc_plus(v_desc, kk * 16 * 128), 1);
     sm90::wgmma_commit();
   };
@@ -172,33 +211,46 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   // (O and the sum share the reference), and O is rescaled only on the rare tiles that move it.
   // The bitmask words of this thread's two rows in a partial tile, read before the tile's S is
   // waited for, so that the global load does not stall the softmax.
+  // A step's schedule tiles, by their bitmask index: -1 fully visible, kAbsentTile none.
+  struct StepMasks {
+    int32_t m[L::kSubs];
+  };
   struct RowBits {
     bool partial;
-    uint64_t w[2];
+    uint64_t w[L::kSubs][2];
   };
-  auto row_bits = [&](int32_t mask) {
-    RowBits b{mask >= 0, {0, 0}};
+  auto row_bits = [&](const StepMasks& m) {
+    RowBits b;
+    b.partial = false;
+#pragma unroll
+    for (int sub = 0; sub < L::kSubs; ++sub) b.partial |= m.m[sub] != -1;
     if (b.partial) {
-      const uint64_t* bits = p.sched.bits + int64_t{mask} * L::kRows + row0 + g;
-      b.w[0] = bits[0];
-      b.w[1] = bits[8];
+#pragma unroll
+      for (int sub = 0; sub < L::kSubs; ++sub) {
+        if (m.m[sub] >= 0) {
+          const uint64_t* bits = p.sched.bits + int64_t{m.m[sub]} * L::kRows + row0 + g;
+          b.w[sub][0] = bits[0];
+          b.w[sub][1] = bits[8];
+        } else {
+          b.w[sub][0] = b.w[sub][1] = m.m[sub] == -1 ? ~uint64_t{0} : uint64_t{0};
+        }
+      }
     }
     return b;
   };
   auto softmax = [&](const RowBits& bits, float (&alpha)[2]) {
     if (bits.partial) {
-      const uint64_t(&w)[2] = bits.w;
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (!((w[e >> 1] >> (n * 8 + 2 * t4 + (e & 1))) & 1u)) sc[4 * n + e] = -INFINITY;
+          if (!((bits.w[n >> 3][e >> 1] >> ((n & 7) * 8 + 2 * t4 + (e & 1))) & 1u)) sc[4 * n + e] = -INFINITY;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * r], sc[4 * n + 2 * r + 1]));
+      for (int n = 0; n < kKeys / 8; ++n) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * r], sc[4 * n + 2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float tile_max = mx * p.scale_log2;
@@ -210,7 +262,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       }
       const float m_use = row_max[r] == -INFINITY ? 0.f : row_max[r];
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
+      for (int n = 0; n < kKeys / 8; ++n) {
         sc[4 * n + 2 * r] = exp2f(fmaf(sc[4 * n + 2 * r], p.scale_log2, -m_use));
         sc[4 * n + 2 * r + 1] = exp2f(fmaf(sc[4 * n + 2 * r + 1], p.scale_log2, -m_use));
         row_sum[r] += sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
@@ -230,7 +282,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   // P as the A operand: the accumulators of key blocks 2 kk, 2 kk + 1 are k-step kk's fragment.
   auto pack_p = [&] {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
       pa[kk][0] = M::pack(sc[8 * kk + 0], sc[8 * kk + 1]);
       pa[kk][1] = M::pack(sc[8 * kk + 2], sc[8 * kk + 3]);
       pa[kk][2] = M::pack(sc[8 * kk + 4], sc[8 * kk + 5]);
@@ -249,6 +301,21 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   };
 
   CachedTileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
+  // The masks of a step's tiles, moving the cursor past them (called where the cursor is valid:
+  // the first tile of a step always exists).
+  auto take_step = [&] {
+    StepMasks m;
+#pragma unroll
+    for (int sub = 0; sub < L::kSubs; ++sub) {
+      if (sub == 0 || cur.valid()) {
+        m.m[sub] = cur.mask();
+        cur.next();
+      } else {
+        m.m[sub] = kAbsentTile;
+      }
+    }
+    return m;
+  };
   float alpha[2];
   // Pingpong: consumer c issues its GEMMs only on its turn (named barrier 1 + c, which the other
   // consumer arrives at after issuing its own), consumer 0 first. Both walk the same tiles, so
@@ -264,11 +331,11 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   };
   if constexpr (!kOverlap) {
     // One tile at a time: S, softmax, P V, each waited for.
-    for (Slot x; cur.valid(); x = next_slot(x), cur.next()) {
+    for (Slot x; cur.valid(); x = next_slot(x)) {
       const int s = x.stage;
       sm90::mbar_wait(full_k(s), x.phase);
       issue_s(s);
-      const RowBits bits = row_bits(cur.mask());
+      const RowBits bits = row_bits(take_step());
       sm90::wgmma_wait<0>();
       sm90::fence_regs(sc);
       softmax(bits, alpha);
@@ -290,14 +357,13 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     take_turn();
     issue_s(0);
     pass_turn(false);
-    const RowBits bits0 = row_bits(cur.mask());
+    const RowBits bits0 = row_bits(take_step());
     sm90::wgmma_wait<0>();
     sm90::fence_regs(sc);
     softmax(bits0, alpha);  // O is zero: nothing to rescale
     pack_p();
     Slot prev;
-    cur.next();
-    for (; cur.valid(); cur.next()) {
+    while (cur.valid()) {
       const Slot x = next_slot(prev);
       const int s = x.stage;
       sm90::mbar_wait(full_k(s), x.phase);
@@ -313,7 +379,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         sm90::mbar_wait(full_v(prev.stage), prev.phase);
         issue_pv(prev.stage);
       }
-      const RowBits bits = row_bits(cur.mask());
+      const RowBits bits = row_bits(take_step());
       sm90::wgmma_wait<1>();  // S of tile it
       sm90::fence_regs(sc);
       softmax(bits, alpha);
@@ -356,30 +422,35 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 #endif
 }
 
-// Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: "sm90_overlap" (the default: the
-// wgmma kernel with S of tile j issued beside P V of tile j - 1), "sm90_pingpong" (that, with the
-// two consumers taking turns to issue; v8), "sm90" (the wgmma kernel, one tile at a time) or
-// "mma" (the portable mma.sync kernel). All four passed the GPU tests on an H100
-// (docs/kernels/NOTES.md, v6 and v8); pingpong measured no faster than the default (v8).
-enum class ForwardChoice { mma, sm90, sm90_overlap, sm90_pingpong };
+// Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: "sm90_k128" (the default: the
+// wgmma kernel with S of step j issued beside P V of step j - 1, 128 keys a step; v11),
+// "sm90_k128_pingpong" (that, with the two consumers taking turns to issue), "sm90_overlap" (the
+// same with 64 keys a step and Q in registers; v6), "sm90_pingpong" (that, taking turns; v8),
+// "sm90" (the wgmma kernel, one 64-key tile at a time) or "mma" (the portable mma.sync kernel).
+// Measurements in docs/kernels/NOTES.md.
+enum class ForwardChoice { mma, sm90, sm90_overlap, sm90_pingpong, sm90_k128, sm90_k128_pingpong };
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
-    const std::string s = variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap sm90_pingpong");
-    return s == "mma"             ? ForwardChoice::mma
-           : s == "sm90"          ? ForwardChoice::sm90
-           : s == "sm90_pingpong" ? ForwardChoice::sm90_pingpong
-                                  : ForwardChoice::sm90_overlap;
+    const std::string s =
+        variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong");
+    return s == "mma"                  ? ForwardChoice::mma
+           : s == "sm90"               ? ForwardChoice::sm90
+           : s == "sm90_overlap"       ? ForwardChoice::sm90_overlap
+           : s == "sm90_pingpong"      ? ForwardChoice::sm90_pingpong
+           : s == "sm90_k128_pingpong" ? ForwardChoice::sm90_k128_pingpong
+                                       : ForwardChoice::sm90_k128;
   }();
   return choice;
 }
 
-template <class T, int D, bool kOverlap, bool kPingpong>
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
-  using L = Sm90Layout<T, D, kOverlap ? 3 : 2>;
-  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_sm90_kernel<T, D, kOverlap, kPingpong>,
+  using L = Sm90Layout<T, D, kOverlap ? 3 : 2, kKeys>;
+  static_assert(L::kBytes <= 227 * 1024, "the forward's shared memory exceeds the H100's 227 KiB a block");
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
-  forward_sm90_kernel<T, D, kOverlap, kPingpong><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
 }
 
@@ -394,7 +465,10 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   switch (forward_choice()) {
     case ForwardChoice::sm90_pingpong: return launch_forward_sm90_variant<T, D, true, true>(p, maps, stream);
     case ForwardChoice::sm90: return launch_forward_sm90_variant<T, D, false, false>(p, maps, stream);
-    default: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
+    case ForwardChoice::sm90_overlap: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
+    case ForwardChoice::sm90_k128_pingpong:
+      return launch_forward_sm90_variant<T, D, true, true, 2 * kTile>(p, maps, stream);
+    default: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
   }
 }
 

@@ -24,9 +24,10 @@ using lca::require;
 struct UploadedSchedule {
   DeviceBuffer runs, run_offsets, bits, order;
   int32_t row_tiles = 0, tile_rows = 0;
+  float idle_share = 0.f;
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
-                          row_tiles, tile_rows};
+                          row_tiles, tile_rows, idle_share};
   }
 };
 
@@ -48,6 +49,8 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec) {
   u.order = upload(s.order, exec, "the tile order");
   u.row_tiles = s.row_tiles;
   u.tile_rows = s.tile_rows;
+  const int64_t tiles = s.full_tiles + s.partial_tiles;
+  u.idle_share = tiles > 0 ? static_cast<float>(double(s.idle_halves) / (2.0 * double(tiles))) : 0.f;
   return u;
 }
 

@@ -66,6 +66,9 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   // 128-key steps take S = Q K^T with Q from shared memory (SS): Q's 32 registers would not fit
   // beside S (64), P (32) and O (64) of the wider step.
   constexpr bool kQInSmem = kKeys > kTile;
+  // 64-key overlapped steps (not pingpong, whose turns need both consumers on every tile) skip
+  // the tiles where this consumer's 64 rows see nothing (TileRun::idle).
+  constexpr bool kSkip = kOverlap && !kPingpong && kKeys == kTile;
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -347,6 +350,58 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       sm90::fence_regs(o);
       sm90::mbar_arrive(empty(s));
     }
+  } else if constexpr (kSkip) {
+    // Software pipelined as below (S of tile j beside P V of tile j - 1) within each stretch of
+    // tiles this consumer computes; the tiles between stretches, idle for its rows, are not
+    // computed. A stretch's last P V is finished before the idle tiles after it are released:
+    // holding its stage while releasing others would let the ring wrap onto it (deadlock). An
+    // idle tile's stage is released once its loads landed, which keeps this consumer within one
+    // ring cycle of the other and no copy in flight when the producer reuses the stage. (No
+    // wgmma sits under a condition inside a loop: ptxas would serialize them all, C7518.)
+    Slot x;
+    while (cur.valid()) {
+      if (cur.idle(c)) {
+        cur.next();
+        sm90::mbar_wait(full_k(x.stage), x.phase);
+        sm90::mbar_wait(full_v(x.stage), x.phase);
+        sm90::mbar_arrive(empty(x.stage));
+        x = next_slot(x);
+        continue;
+      }
+      // A stretch's first tile: O holds only finished tiles, rescaled with the softmax.
+      sm90::mbar_wait(full_k(x.stage), x.phase);
+      issue_s(x.stage);
+      const RowBits bits0 = row_bits(take_step());
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(sc);
+      softmax(bits0, alpha);
+      rescale_o(alpha);
+      pack_p();
+      Slot prev = x;
+      x = next_slot(x);
+      while (cur.valid() && !cur.idle(c)) {
+        sm90::mbar_wait(full_k(x.stage), x.phase);
+        issue_s(x.stage);
+        sm90::mbar_wait(full_v(prev.stage), prev.phase);
+        issue_pv(prev.stage);
+        const RowBits bits = row_bits(take_step());
+        sm90::wgmma_wait<1>();  // S of this tile
+        sm90::fence_regs(sc);
+        softmax(bits, alpha);
+        sm90::wgmma_wait<0>();  // P V of prev
+        sm90::fence_regs(o);
+        sm90::mbar_arrive(empty(prev.stage));
+        rescale_o(alpha);
+        pack_p();
+        prev = x;
+        x = next_slot(x);
+      }
+      sm90::mbar_wait(full_v(prev.stage), prev.phase);
+      issue_pv(prev.stage);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(o);
+      sm90::mbar_arrive(empty(prev.stage));
+    }
   } else if (cur.valid()) {
     // Software pipelined: S of tile it is issued together with P V of tile it - 1, and the
     // softmax of tile it runs while that P V is on the tensor cores.
@@ -422,13 +477,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 #endif
 }
 
-// Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: "sm90_k128" (the default: the
-// wgmma kernel with S of step j issued beside P V of step j - 1, 128 keys a step; v11),
-// "sm90_k128_pingpong" (that, with the two consumers taking turns to issue), "sm90_overlap" (the
-// same with 64 keys a step and Q in registers; v6), "sm90_pingpong" (that, taking turns; v8),
-// "sm90" (the wgmma kernel, one 64-key tile at a time) or "mma" (the portable mma.sync kernel).
-// Measurements in docs/kernels/NOTES.md.
-enum class ForwardChoice { mma, sm90, sm90_overlap, sm90_pingpong, sm90_k128, sm90_k128_pingpong };
+// Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: unset, sm90_k128 or sm90_overlap by
+// the schedule (see kIdleShareFor64Keys); "sm90_k128" (the wgmma kernel with S of step j issued
+// beside P V of step j - 1, 128 keys a step; v11), "sm90_k128_pingpong" (that, with the two
+// consumers taking turns to issue), "sm90_overlap" (the same with 64 keys a step, Q in registers,
+// and the tiles idle for a consumer's rows skipped; v6, v12), "sm90_pingpong" (64 keys, taking
+// turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a time) or "mma" (the portable
+// mma.sync kernel). Measurements in docs/kernels/NOTES.md.
+enum class ForwardChoice { mma, sm90, sm90_overlap, sm90_pingpong, sm90_k128, sm90_k128_pingpong, sm90_auto };
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
     const std::string s =
@@ -438,7 +494,8 @@ inline ForwardChoice forward_choice() {
            : s == "sm90_overlap"       ? ForwardChoice::sm90_overlap
            : s == "sm90_pingpong"      ? ForwardChoice::sm90_pingpong
            : s == "sm90_k128_pingpong" ? ForwardChoice::sm90_k128_pingpong
-                                       : ForwardChoice::sm90_k128;
+           : s == "sm90_k128"          ? ForwardChoice::sm90_k128
+                                       : ForwardChoice::sm90_auto;
   }();
   return choice;
 }
@@ -454,6 +511,12 @@ void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaS
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
 }
 
+// The default's choice: 128-key steps run a computed cell ~6% faster than 64-key steps (v11's
+// A/B), but only the 64-key kernel skips the tiles that one consumer's 64 rows do not see. Where
+// more than this share of the schedule's tile halves are idle (block-sparse masks of 64-token
+// blocks: a third), the 64-key kernel is predicted faster. A prediction (v12), to re-measure.
+constexpr float kIdleShareFor64Keys = 0.1f;
+
 template <class T, int D>
 void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   using L = Sm90Layout<T, D>;
@@ -468,7 +531,10 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
     case ForwardChoice::sm90_overlap: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
     case ForwardChoice::sm90_k128_pingpong:
       return launch_forward_sm90_variant<T, D, true, true, 2 * kTile>(p, maps, stream);
-    default: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
+    case ForwardChoice::sm90_k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
+    default:
+      if (p.sched.idle_share > kIdleShareFor64Keys) return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
+      return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
   }
 }
 

@@ -26,6 +26,7 @@ struct DeviceSchedule {
   const int32_t* order = nullptr;
   int32_t row_tiles = 0;
   int32_t tile_rows = 0;
+  float idle_share = 0.f;  // of the 64-row halves of scheduled tiles, the share that sees nothing
 };
 
 struct FwdParams {

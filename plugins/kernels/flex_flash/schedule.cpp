@@ -286,10 +286,18 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
             continue;
           }
           const int32_t index = patterns.intern(pattern, R, s.bits);
-          if (last != nullptr && last->mask >= 0 && last->end == col && last->mask + (last->end - last->begin) == index)
+          int32_t idle = 0;
+          if (R == 2 * kTile) {
+            for (int h = 0; h < 2; ++h)
+              if (std::all_of(pattern + h * kTile, pattern + (h + 1) * kTile, [](uint64_t w) { return w == 0; }))
+                idle |= 1 << h;
+          }
+          if (last != nullptr && last->mask >= 0 && last->end == col &&
+              last->mask + (last->end - last->begin) == index && last->idle == idle)
             ++last->end;
-          else s.runs.push_back(TileRun{col, col + 1, index, 0});
+          else s.runs.push_back(TileRun{col, col + 1, index, idle});
           ++s.partial_tiles;
+          s.idle_halves += (idle & 1) + (idle >> 1);
         }
       }
       cost[t] += y - x;

@@ -17,11 +17,13 @@ constexpr int kTileCols = kTile;
 // Column tiles [begin, end) of one row tile. mask < 0: every tile is fully visible. Otherwise
 // tile begin + i has its bitmask at bits[(mask + i) * tile_rows .. + tile_rows): word r holds
 // the visibility of row r of the tile, bit c that of column c. Tiles with equal bitmasks share
-// one (runs of any row tile may point at the same bits).
+// one (runs of any row tile may point at the same bits). idle (128-row tiles only, else 0): bit h
+// set when rows 64 h .. 64 h + 63 of every tile of the run see nothing (a run's tiles all have
+// the same idle bits), so a kernel whose warpgroup owns those 64 rows may skip the tiles.
 struct TileRun {
   int32_t begin, end;
   int32_t mask;
-  int32_t reserved;
+  int32_t idle;
 };
 
 struct TileSchedule {
@@ -33,6 +35,7 @@ struct TileSchedule {
   std::vector<uint64_t> bits;   // tile_rows words per distinct partial-tile bitmask
   std::vector<int32_t> order;   // row tiles, most tiles first (the launch order)
   int64_t full_tiles = 0, partial_tiles = 0;
+  int64_t idle_halves = 0;  // 64-row halves of tiles that see nothing (the idle bits set, summed)
 };
 
 // by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).

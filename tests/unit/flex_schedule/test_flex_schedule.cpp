@@ -42,7 +42,7 @@ void expect_exact(const lca_mask& m, const std::string& label) {
       }
     EXPECT_EQ(wrong, 0);
     // Runs of a row tile are ordered and disjoint; full tiles are completely visible.
-    int64_t full = 0, partial = 0;
+    int64_t full = 0, partial = 0, idle_halves = 0;
     for (int32_t t = 0; t < s.row_tiles; ++t) {
       int32_t last_end = -1;
       for (int32_t i = s.run_offsets[t]; i < s.run_offsets[t + 1]; ++i) {
@@ -51,6 +51,21 @@ void expect_exact(const lca_mask& m, const std::string& label) {
         ASSERT_GE(run.begin, last_end) << "runs overlap or are out of order";
         last_end = run.end;
         (run.mask < 0 ? full : partial) += run.end - run.begin;
+        // Idle bits: exactly the 64-row halves of 128-row tiles that see nothing, the same for
+        // every tile of the run (a warpgroup that owns such a half skips the tile).
+        ASSERT_TRUE(run.idle == 0 || (tile_rows == 128 && run.mask >= 0)) << "idle bits on a full or 64-row tile";
+        if (tile_rows == 128 && run.mask >= 0) {
+          EXPECT_NE(run.idle, 3) << "a tile that sees nothing is scheduled";
+          for (int32_t c = run.begin; c < run.end; ++c)
+            for (int h = 0; h < 2; ++h) {
+              bool seen = false;
+              for (int64_t r = int64_t{t} * 128 + 64 * h; r < int64_t{t} * 128 + 64 * (h + 1) && r < s.rows; ++r)
+                for (int64_t x = int64_t{c} * kTile; x < (c + 1) * int64_t{kTile} && x < s.cols; ++x)
+                  seen = seen || (by_query ? truth[r * m.seqlen_k + x] : truth[x * m.seqlen_k + r]);
+              ASSERT_EQ((run.idle >> h) & 1, seen ? 0 : 1) << "row tile " << t << " col tile " << c << " half " << h;
+              idle_halves += seen ? 0 : 1;
+            }
+        }
         if (run.mask >= 0) continue;
         for (int32_t c = run.begin; c < run.end; ++c)
           for (int64_t r = int64_t{t} * tile_rows; r < (t + 1) * int64_t{tile_rows}; ++r)
@@ -62,6 +77,7 @@ void expect_exact(const lca_mask& m, const std::string& label) {
     }
     EXPECT_EQ(full, s.full_tiles);
     EXPECT_EQ(partial, s.partial_tiles);
+    EXPECT_EQ(idle_halves, s.idle_halves);
     // Bitmasks are shared between tiles with the same pattern: at most one per partial tile,
     // and every run's masks lie inside the store.
     EXPECT_LE(s.bits.size(), static_cast<size_t>(partial) * tile_rows);
@@ -97,7 +113,8 @@ TEST(FlexSchedule, RandomSliceMasksAreExact) {
 }
 
 TEST(FlexSchedule, MemoryStaysLinearAtLongLengths) {
-  // 512K causal: one full run and one partial tile per row tile; 512K full: one run per tile.
+  // 512K causal: one full run and one partial tile per row tile (two with 128 rows); 512K full:
+  // one run per row tile.
   const int64_t s = 512 * 1024;
   for (int type : {LCA_SLICE_FULL, LCA_SLICE_CAUSAL}) {
     const lca_slice one{0, s, 0, s, type, 0};
@@ -111,7 +128,10 @@ TEST(FlexSchedule, MemoryStaysLinearAtLongLengths) {
     if (type == LCA_SLICE_CAUSAL) EXPECT_EQ(f.order.front(), f.row_tiles - 1) << "longest rows first";
     const TileSchedule f128 = build_schedule(m, true, 128);
     EXPECT_EQ(f128.row_tiles, s / 128);
-    EXPECT_LE(f128.runs.size(), 2u * f128.row_tiles);
+    // Causal: a full run and the diagonal's two partial tiles, in two runs (the second one's
+    // upper 64 rows see nothing: other idle bits).
+    EXPECT_LE(f128.runs.size(), 3u * f128.row_tiles);
+    EXPECT_EQ(f128.idle_halves, type == LCA_SLICE_FULL ? 0 : s / 128);
     EXPECT_EQ(f128.partial_tiles, type == LCA_SLICE_FULL ? 0 : 2 * (s / 128));
   }
 }
@@ -149,6 +169,7 @@ TEST(FlexSchedule, BlockSparseBitmasksAreSharedAndDoubleBlocksAreFull) {
     EXPECT_GT(s.partial_tiles, 1000000);
     EXPECT_GT(s.full_tiles, 500000);  // both 64-row halves kept: a quarter of the tiles
     EXPECT_EQ(s.bits.size(), 2u * 128) << "distinct bitmasks: the upper and the lower half";
+    EXPECT_EQ(s.idle_halves, s.partial_tiles) << "every partial tile has one idle half";
     EXPECT_LE(static_cast<int64_t>(s.runs.size()), s.full_tiles + s.partial_tiles);
   }
 }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 
 namespace lca::test {
 namespace {
@@ -204,6 +205,34 @@ TEST(FlexSchedule, TileRowsFollowThePredictedTime) {
   for (bool by_query : {true, false}) {
     EXPECT_EQ(build_adaptive_schedule(diagonal, by_query, 128, 1.9).tile_rows, 64);
     EXPECT_EQ(build_adaptive_schedule(diagonal, by_query, 128, 2.1).tile_rows, 128);
+  }
+}
+
+// The default Hopper forward takes the 64-key kernel that skips idle tile halves where more than
+// a tenth of them are idle (forward_sm90.cuh, kIdleShareFor64Keys). Of the builtin patterns at
+// their default parameters that is block_sparse (a third) at every length, and the sliding windows
+// at 1K-2K, whose row tiles see few key tiles with a diagonal among them; the rest keep 128-key
+// steps.
+TEST(FlexSchedule, IdleHalvesPickTheSkippingForwardForBlockSparseAndShortWindows) {
+  auto& p = BuiltinProvider::instance();
+  const std::set<std::pair<std::string, int64_t>> skipping = {
+      {"sliding_window", 1024}, {"sliding_window_causal", 1024}, {"sliding_window_causal", 2048},
+      {"sliding_window_document", 1024}};
+  for (const char* name : {"full", "causal", "full_document", "causal_document", "sliding_window",
+                           "sliding_window_causal", "sliding_window_document", "shared_question", "causal_blockwise",
+                           "prefix_lm_causal", "prefix_lm_document", "global_sliding", "block_causal_document",
+                           "block_sparse"}) {
+    for (int64_t seqlen : {int64_t{1024}, int64_t{2048}, int64_t{4096}, int64_t{16384}}) {
+      auto g = p.generate(name, "{}", seqlen, 42);
+      ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
+      const TileSchedule s = build_schedule(*g.mask, /*by_query=*/true, 128);
+      const double share = double(s.idle_halves) / (2.0 * double(s.full_tiles + s.partial_tiles));
+      if (std::string(name) == "block_sparse") {
+        EXPECT_NEAR(share, 1.0 / 3.0, 0.05) << seqlen;
+      } else {
+        EXPECT_EQ(share > 0.1, skipping.count({name, seqlen}) == 1) << name << " " << seqlen << ": " << share;
+      }
+    }
   }
 }
 

@@ -149,106 +149,67 @@ template <class T, int N>
 struct WgmmaSS;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
-// The m64n64k16 RS form for one element type: TYPE the C++ type, PTX its name in the instruction.
-#define LCA_FLEX_WGMMA_RS_64(TYPE, PTX)                                                              \
+// The accumulator operands of an m64nNk16 wgmma, N / 2 fp32 registers a thread: their place
+// list in the instruction and their read-write constraints (d is the accumulator array).
+#define LCA_FLEX_WGMMA_D32_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+#define LCA_FLEX_WGMMA_D64_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+#define LCA_FLEX_WGMMA_D32_OUT \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define LCA_FLEX_WGMMA_D64_OUT \
+  LCA_FLEX_WGMMA_D32_OUT, \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// The RS form for one element type and width: TYPE the C++ type, PTX its name in the
+// instruction, N the width, NR = N / 2 accumulators; A_, DESC, SCALE, TRANS the operand places
+// after the accumulators (the four A registers, the B descriptor, scale-d, trans-b).
+#define LCA_FLEX_WGMMA_RS(TYPE, PTX, N, NR, A_, DESC, SCALE, TRANS)                                  \
   template <>                                                                                      \
-  struct WgmmaRS<TYPE, 64> {                                                                       \
+  struct WgmmaRS<TYPE, N> {                                                                        \
     template <int TransB>                                                                          \
-    static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, \
+    static __device__ __forceinline__ void run(float (&d)[NR], const uint32_t (&a)[4], uint64_t desc, \
                                                int scale_d) {                                      \
-      asm volatile(                                                                                \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                             \
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " "                              \
-          "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "                                                                          \
-          "{%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"                                   \
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TransB));         \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                               \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " "                 \
+                   LCA_FLEX_WGMMA_D##NR##_REGS ", {" A_ "}, " DESC ", p, 1, 1, " TRANS ";\n}\n"      \
+                   : LCA_FLEX_WGMMA_D##NR##_OUT                                                    \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TransB)); \
     }                                                                                              \
   };
-
-// The m64n128k16 RS form for one element type: TYPE the C++ type, PTX its name in the instruction.
-#define LCA_FLEX_WGMMA_RS_128(TYPE, PTX)                                                              \
+// The SS form: DESC_A, DESC_B, SCALE, TRANS_A, TRANS_B the operand places after the accumulators.
+#define LCA_FLEX_WGMMA_SS(TYPE, PTX, N, NR, DESC_A, DESC_B, SCALE, TRANS_A, TRANS_B)                 \
   template <>                                                                                      \
-  struct WgmmaRS<TYPE, 128> {                                                                       \
-    template <int TransB>                                                                          \
-    static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t desc, \
-                                               int scale_d) {                                      \
-      asm volatile(                                                                                \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                             \
-          "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " "                              \
-          "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "                                                                          \
-          "{%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"                                   \
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TransB));         \
-    }                                                                                              \
-  };
-
-// The m64n64k16 SS form for one element type.
-#define LCA_FLEX_WGMMA_SS_64(TYPE, PTX)                                                              \
-  template <>                                                                                      \
-  struct WgmmaSS<TYPE, 64> {                                                                       \
+  struct WgmmaSS<TYPE, N> {                                                                        \
     template <int TransA, int TransB>                                                              \
-    static __device__ __forceinline__ void run(float (&d)[32], uint64_t desc_a, uint64_t desc_b,   \
+    static __device__ __forceinline__ void run(float (&d)[NR], uint64_t desc_a, uint64_t desc_b,   \
                                                int scale_d) {                                      \
-      asm volatile(                                                                                \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                             \
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " "                              \
-          "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "                                                                          \
-          "%32, %33, p, 1, 1, %35, %36;\n}\n"                                                  \
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB));                      \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                               \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " "                 \
+                   LCA_FLEX_WGMMA_D##NR##_REGS ", " DESC_A ", " DESC_B ", p, 1, 1, " TRANS_A ", " TRANS_B ";\n}\n" \
+                   : LCA_FLEX_WGMMA_D##NR##_OUT                                                    \
+                   : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB));            \
     }                                                                                              \
   };
 
-// The m64n128k16 SS form for one element type.
-#define LCA_FLEX_WGMMA_SS_128(TYPE, PTX)                                                             \
-  template <>                                                                                      \
-  struct WgmmaSS<TYPE, 128> {                                                                      \
-    template <int TransA, int TransB>                                                              \
-    static __device__ __forceinline__ void run(float (&d)[64], uint64_t desc_a, uint64_t desc_b,   \
-                                               int scale_d) {                                      \
-      asm volatile(                                                                                \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                             \
-          "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " "                             \
-          "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, " \
-          "%64, %65, p, 1, 1, %67, %68;\n}\n"                                                  \
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TransA), "n"(TransB));                      \
-    }                                                                                              \
-  };
-
-LCA_FLEX_WGMMA_RS_64(__nv_bfloat16, "bf16")
-LCA_FLEX_WGMMA_RS_64(__half, "f16")
-LCA_FLEX_WGMMA_RS_128(__nv_bfloat16, "bf16")
-LCA_FLEX_WGMMA_RS_128(__half, "f16")
-LCA_FLEX_WGMMA_SS_64(__nv_bfloat16, "bf16")
-LCA_FLEX_WGMMA_SS_64(__half, "f16")
-LCA_FLEX_WGMMA_SS_128(__nv_bfloat16, "bf16")
-LCA_FLEX_WGMMA_SS_128(__half, "f16")
-#undef LCA_FLEX_WGMMA_RS_64
-#undef LCA_FLEX_WGMMA_RS_128
-#undef LCA_FLEX_WGMMA_SS_64
-#undef LCA_FLEX_WGMMA_SS_128
+LCA_FLEX_WGMMA_RS(__nv_bfloat16, "bf16", 64, 32, "%32,%33,%34,%35", "%36", "%37", "%38")
+LCA_FLEX_WGMMA_RS(__half, "f16", 64, 32, "%32,%33,%34,%35", "%36", "%37", "%38")
+LCA_FLEX_WGMMA_RS(__nv_bfloat16, "bf16", 128, 64, "%64,%65,%66,%67", "%68", "%69", "%70")
+LCA_FLEX_WGMMA_RS(__half, "f16", 128, 64, "%64,%65,%66,%67", "%68", "%69", "%70")
+LCA_FLEX_WGMMA_SS(__nv_bfloat16, "bf16", 64, 32, "%32", "%33", "%34", "%35", "%36")
+LCA_FLEX_WGMMA_SS(__half, "f16", 64, 32, "%32", "%33", "%34", "%35", "%36")
+LCA_FLEX_WGMMA_SS(__nv_bfloat16, "bf16", 128, 64, "%64", "%65", "%66", "%67", "%68")
+LCA_FLEX_WGMMA_SS(__half, "f16", 128, 64, "%64", "%65", "%66", "%67", "%68")
+#undef LCA_FLEX_WGMMA_RS
+#undef LCA_FLEX_WGMMA_SS
+#undef LCA_FLEX_WGMMA_D32_REGS
+#undef LCA_FLEX_WGMMA_D64_REGS
+#undef LCA_FLEX_WGMMA_D32_OUT
+#undef LCA_FLEX_WGMMA_D64_OUT
 #endif
 
 }  // namespace lca_flex_flash::dev::sm90

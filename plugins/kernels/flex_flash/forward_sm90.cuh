@@ -350,17 +350,26 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       sm90::fence_regs(o);
       sm90::mbar_arrive(empty(s));
     }
-  } else if constexpr (kSkip) {
-    // Software pipelined as below (S of tile j beside P V of tile j - 1) within each stretch of
-    // tiles this consumer computes; the tiles between stretches, idle for its rows, are not
-    // computed. A stretch's last P V is finished before the idle tiles after it are released:
+  } else {
+    // Software pipelined: S of tile j is issued together with P V of tile j - 1, and the softmax
+    // of tile j runs while that P V is on the tensor cores. With kSkip this holds within each
+    // stretch of tiles the consumer computes; the tiles between stretches, idle for its rows, are
+    // not computed. A stretch's last P V is finished before the idle tiles after it are released:
     // holding its stage while releasing others would let the ring wrap onto it (deadlock). An
     // idle tile's stage is released once its loads landed, which keeps this consumer within one
-    // ring cycle of the other and no copy in flight when the producer reuses the stage. (No
-    // wgmma sits under a condition inside a loop: ptxas would serialize them all, C7518.)
+    // ring cycle of the other and no copy in flight when the producer reuses the stage. Without
+    // kSkip the row tile is one stretch. (No wgmma sits under a condition inside a loop: ptxas
+    // would serialize them all, C7518.)
+    auto idle_here = [&] {
+      if constexpr (kSkip) return cur.idle(c);
+      else return false;
+    };
+    if constexpr (kPingpong) {
+      if (c == 1) sm90::named_arrive(1, 256);  // consumer 0 goes first
+    }
     Slot x;
     while (cur.valid()) {
-      if (cur.idle(c)) {
+      if (idle_here()) {
         cur.next();
         sm90::mbar_wait(full_k(x.stage), x.phase);
         sm90::mbar_wait(full_v(x.stage), x.phase);
@@ -370,7 +379,9 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       }
       // A stretch's first tile: O holds only finished tiles, rescaled with the softmax.
       sm90::mbar_wait(full_k(x.stage), x.phase);
+      take_turn();
       issue_s(x.stage);
+      pass_turn(false);
       const RowBits bits0 = row_bits(take_step());
       sm90::wgmma_wait<0>();
       sm90::fence_regs(sc);
@@ -379,11 +390,20 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       pack_p();
       Slot prev = x;
       x = next_slot(x);
-      while (cur.valid() && !cur.idle(c)) {
+      while (cur.valid() && !idle_here()) {
         sm90::mbar_wait(full_k(x.stage), x.phase);
-        issue_s(x.stage);
-        sm90::mbar_wait(full_v(prev.stage), prev.phase);
-        issue_pv(prev.stage);
+        if constexpr (kPingpong) {
+          // Both tiles landed before the turn is taken: a turn is never held waiting for TMA.
+          sm90::mbar_wait(full_v(prev.stage), prev.phase);
+          take_turn();
+          issue_s(x.stage);
+          issue_pv(prev.stage);
+          pass_turn(false);
+        } else {
+          issue_s(x.stage);
+          sm90::mbar_wait(full_v(prev.stage), prev.phase);
+          issue_pv(prev.stage);
+        }
         const RowBits bits = row_bits(take_step());
         sm90::wgmma_wait<1>();  // S of this tile
         sm90::fence_regs(sc);
@@ -397,61 +417,13 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         x = next_slot(x);
       }
       sm90::mbar_wait(full_v(prev.stage), prev.phase);
+      take_turn();
       issue_pv(prev.stage);
+      pass_turn(true);  // pingpong has no kSkip: this is its only stretch, its last issue
       sm90::wgmma_wait<0>();
       sm90::fence_regs(o);
       sm90::mbar_arrive(empty(prev.stage));
     }
-  } else if (cur.valid()) {
-    // Software pipelined: S of tile it is issued together with P V of tile it - 1, and the
-    // softmax of tile it runs while that P V is on the tensor cores.
-    if constexpr (kPingpong) {
-      if (c == 1) sm90::named_arrive(1, 256);  // consumer 0 goes first
-    }
-    sm90::mbar_wait(full_k(0), 0);
-    take_turn();
-    issue_s(0);
-    pass_turn(false);
-    const RowBits bits0 = row_bits(take_step());
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(sc);
-    softmax(bits0, alpha);  // O is zero: nothing to rescale
-    pack_p();
-    Slot prev;
-    while (cur.valid()) {
-      const Slot x = next_slot(prev);
-      const int s = x.stage;
-      sm90::mbar_wait(full_k(s), x.phase);
-      if constexpr (kPingpong) {
-        // Both tiles landed before the turn is taken: a turn is never held waiting for TMA.
-        sm90::mbar_wait(full_v(prev.stage), prev.phase);
-        take_turn();
-        issue_s(s);
-        issue_pv(prev.stage);
-        pass_turn(false);
-      } else {
-        issue_s(s);
-        sm90::mbar_wait(full_v(prev.stage), prev.phase);
-        issue_pv(prev.stage);
-      }
-      const RowBits bits = row_bits(take_step());
-      sm90::wgmma_wait<1>();  // S of tile it
-      sm90::fence_regs(sc);
-      softmax(bits, alpha);
-      sm90::wgmma_wait<0>();  // P V of tile it - 1
-      sm90::fence_regs(o);
-      sm90::mbar_arrive(empty(prev.stage));
-      rescale_o(alpha);
-      pack_p();
-      prev = x;
-    }
-    sm90::mbar_wait(full_v(prev.stage), prev.phase);
-    take_turn();
-    issue_pv(prev.stage);
-    pass_turn(true);
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(o);
-    sm90::mbar_arrive(empty(prev.stage));
   }
 
   // Finish: row sums across the 4 threads of a row, normalise, write O and LSE.
@@ -514,7 +486,8 @@ void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaS
 // The default's choice: 128-key steps run a computed cell ~6% faster than 64-key steps (v11's
 // A/B), but only the 64-key kernel skips the tiles that one consumer's 64 rows do not see. Where
 // more than this share of the schedule's tile halves are idle (block-sparse masks of 64-token
-// blocks: a third), the 64-key kernel is predicted faster. A prediction (v12), to re-measure.
+// blocks: a third), the 64-key kernel is predicted faster. Measured at a third (v12, block_sparse
+// 1.16-1.19x with 64 keys); the threshold itself is the prediction from v11's 6%, not timed.
 constexpr float kIdleShareFor64Keys = 0.1f;
 
 template <class T, int D>

@@ -1,5 +1,5 @@
 // Pieces shared by flex_flash's two backward kernels (mma.sync in backward.cuh, wgmma in
-// backward_sm90.cuh): the walk over a key tile's query tiles across the GQA group, and the fp32
+// backward_sm90.cuh): the walks over a key tile's query tiles across the GQA group, and the fp32
 // dQ atomics.
 #pragma once
 
@@ -23,6 +23,48 @@ struct GroupCursor {
   __device__ __forceinline__ void next() {
     tiles.next();
     if (!tiles.valid() && ++head < group) tiles = TileCursor(sched->runs, sched->run_offsets, key_tile);
+  }
+};
+
+// The iterations of one key tile in the Hopper backward (BwdItem): its query tiles first to last
+// or last to first, and the query heads of the group inner (every head's rows of a query tile
+// before the next tile) or outer (every query tile of a head before the next head). The runs and
+// the group size are passed in from the kernel's parameters rather than held: the warps that walk
+// have 24 registers.
+struct KeyTileWalk {
+  int32_t run, first_run, last_run, tile, head;
+  bool descending, heads_inner;
+  __device__ __forceinline__ KeyTileWalk(const TileRun* runs, const int32_t* offsets, int32_t key_tile, bool down,
+                                         bool inner)
+      : run(0),
+        first_run(offsets[key_tile]),
+        last_run(offsets[key_tile + 1] - 1),
+        tile(0),
+        head(0),
+        descending(down),
+        heads_inner(inner) {
+    start(runs);
+  }
+  __device__ __forceinline__ bool valid() const { return first_run <= run && run <= last_run; }
+  // Index of this tile's bitmask, or -1 when the tile is fully visible.
+  __device__ __forceinline__ int32_t mask(const TileRun* runs) const {
+    return runs[run].mask < 0 ? -1 : runs[run].mask + (tile - runs[run].begin);
+  }
+  __device__ __forceinline__ void next(const TileRun* runs, int32_t group) {
+    if (heads_inner && ++head < group) return;
+    if (heads_inner) head = 0;
+    if (descending) {
+      if (--tile < runs[run].begin && --run >= first_run) tile = runs[run].end - 1;
+    } else if (++tile >= runs[run].end && ++run <= last_run) {
+      tile = runs[run].begin;
+    }
+    if (!heads_inner && !valid() && ++head < group) start(runs);
+  }
+
+ private:
+  __device__ __forceinline__ void start(const TileRun* runs) {
+    run = descending ? last_run : first_run;
+    if (valid()) tile = descending ? runs[run].end - 1 : runs[run].begin;
   }
 };
 

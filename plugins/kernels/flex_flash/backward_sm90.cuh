@@ -15,6 +15,9 @@
 // TMA reduce-adds (one per 32 columns), so that the consumers issue no global atomics. The
 // sm90_atomic variant (!kTmaDq, the default until v9) has each consumer thread add its dQ
 // fragment with fp32 atomics instead.
+// A block runs one item of the schedule (BwdItem, backward_items) for one kv head: one key tile
+// or two, one after the other (K and V loaded again between them), each over its query tiles and
+// the group's heads in the item's order (KeyTileWalk).
 // Used by run_backward<T, D> (backward.cuh) unless LCA_FLEX_BACKWARD=mma, where the GPU is sm_90 and
 // the schedule has 128-key tiles.
 // Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
@@ -55,8 +58,11 @@ struct Sm90BwdLayout {
   // dQ of one query tile (kTmaDq): fp32, [D / 32 column chunks][64 rows][128 B], swizzled.
   static constexpr int kDqChunkBytes = kTile * 128;
   static constexpr int kDqBytes = kTmaDq ? kTile * D * 4 : 0;
-  static constexpr int kBarOffset = kDqOffset + kDqBytes;
-  static constexpr int kBars = 1 + 2 * kStages + 2;                     // kv, full[S], empty[S], dq full / empty
+  // Each stage's query tile, query head (in the group) and bitmask index (-1: full), written by
+  // the thread that loads Q and dO: the consumers hold no walk of their own.
+  static constexpr int kInfoOffset = kDqOffset + kDqBytes;
+  static constexpr int kBarOffset = kInfoOffset + kStages * 16;
+  static constexpr int kBars = 1 + 2 * kStages + 3;  // kv, full[S], empty[S], dq full / empty, kv empty
   static constexpr int kBytes = kBarOffset + 8 * kBars + 1024;
   static constexpr int kThreads = 384;
 };
@@ -77,14 +83,24 @@ __global__ void __launch_bounds__(384, 1)
   auto sds = [&](int b) { return base + L::kDsOffset + b * L::kDsBytes; };
   auto lse2 = [&](int b) { return reinterpret_cast<float*>(gbase + L::kRowOffset) + b * kTile; };
   auto delta = [&](int b) { return reinterpret_cast<float*>(gbase + L::kRowOffset) + (L::kStages + b) * kTile; };
+  auto info = [&](int b) { return reinterpret_cast<int32_t*>(gbase + L::kInfoOffset) + 4 * b; };
   const uint32_t bar_kv = base + L::kBarOffset;
   auto full = [&](int b) { return bar_kv + 8u * (1 + b); };
   auto empty = [&](int b) { return bar_kv + 8u * (1 + L::kStages + b); };
-  const uint32_t dq_full = bar_kv + 8u * (1 + 2 * L::kStages), dq_empty = dq_full + 8u;
+  const uint32_t dq_full = bar_kv + 8u * (1 + 2 * L::kStages), dq_empty = dq_full + 8u, kv_empty = dq_empty + 8u;
   const uint32_t sdq = base + L::kDqOffset;
 
-  const int32_t k_tile = p.sched.order[blockIdx.x];
+  const BwdItem& item = p.sched.items[blockIdx.x];
   const int hk = blockIdx.y;
+  // sm90_atomic runs one tile a block (backward_pairing): with two, its consumers spill.
+  const int parts = kTmaDq && item.tiles[1] >= 0 ? 2 : 1;
+  // The item's fields by part, selected rather than indexed: an array indexed by a loop variable
+  // would be copied to local memory.
+  auto key_tile = [&](int part) { return part == 0 ? item.tiles[0] : item.tiles[1]; };
+  auto walk = [&](int part) {
+    return KeyTileWalk(p.sched.runs, p.sched.run_offsets, key_tile(part), (item.flags >> part) & kWalkDown0,
+                       item.flags & kWalkHeadsInner);
+  };
   const int wg = threadIdx.x >> 7, warp_all = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     sm90::mbar_init(bar_kv, 1);
@@ -94,6 +110,7 @@ __global__ void __launch_bounds__(384, 1)
     }
     sm90::mbar_init(dq_full, kSplitD ? 2 * 128 : 128);  // the consumer threads that write dQ
     sm90::mbar_init(dq_empty, 1);                       // the reducing thread
+    sm90::mbar_init(kv_empty, 2 * 128);                 // the consumers, done with a tile's K and V
     sm90::mbar_fence_init();
   }
   __syncthreads();
@@ -101,56 +118,70 @@ __global__ void __launch_bounds__(384, 1)
   if (wg == 0) {
     sm90::regs_dec<24>();
     if (warp_all == 0 && lane == 0) {
-      sm90::mbar_arrive_expect_tx(bar_kv, 2 * L::kKVBytes);
-#pragma unroll
-      for (int half = 0; half < L::kHalves; ++half) {
-        sm90::tma_load_3d(sk + half * (L::kKeys * 128), &maps.k, 64 * half, hk, k_tile * L::kKeys, bar_kv);
-        sm90::tma_load_3d(sv + half * (L::kKeys * 128), &maps.v, 64 * half, hk, k_tile * L::kKeys, bar_kv);
-      }
-      GroupCursor cur(&p.sched, k_tile, p.group);
-      for (int it = 0; cur.valid(); ++it, cur.next()) {
-        const int b = it % L::kStages;
-        if (it >= L::kStages) sm90::mbar_wait(empty(b), ((it / L::kStages) - 1) & 1);
-        const int hq = hk * p.group + cur.head;
-        const int32_t row0 = cur.tiles.tile * kTile;
-        sm90::mbar_arrive_expect_tx(full(b), 2 * L::kQBytes);
+      int it = 0;
+      for (int part = 0; part < parts; ++part) {
+        // The second tile's K and V once the consumers are done with the first's.
+        if (part > 0) sm90::mbar_wait(kv_empty, (part - 1) & 1);
+        const int32_t key0 = key_tile(part) * L::kKeys;
+        sm90::mbar_arrive_expect_tx(bar_kv, 2 * L::kKVBytes);
 #pragma unroll
         for (int half = 0; half < L::kHalves; ++half) {
-          sm90::tma_load_3d(sq(b) + half * (kTile * 128), &maps.q, 64 * half, hq, row0, full(b));
-          sm90::tma_load_3d(sdo(b) + half * (kTile * 128), &maps.d_o, 64 * half, hq, row0, full(b));
+          sm90::tma_load_3d(sk + half * (L::kKeys * 128), &maps.k, 64 * half, hk, key0, bar_kv);
+          sm90::tma_load_3d(sv + half * (L::kKeys * 128), &maps.v, 64 * half, hk, key0, bar_kv);
+        }
+        for (KeyTileWalk qw = walk(part); qw.valid(); ++it, qw.next(p.sched.runs, p.group)) {
+          const int b = it % L::kStages;
+          if (it >= L::kStages) sm90::mbar_wait(empty(b), ((it / L::kStages) - 1) & 1);
+          const int hq = hk * p.group + qw.head;
+          const int32_t row0 = qw.tile * kTile;
+          info(b)[0] = qw.tile;
+          info(b)[1] = qw.head;
+          info(b)[2] = qw.mask(p.sched.runs);
+          sm90::mbar_arrive_expect_tx(full(b), 2 * L::kQBytes);  // releases the info too
+#pragma unroll
+          for (int half = 0; half < L::kHalves; ++half) {
+            sm90::tma_load_3d(sq(b) + half * (kTile * 128), &maps.q, 64 * half, hq, row0, full(b));
+            sm90::tma_load_3d(sdo(b) + half * (kTile * 128), &maps.d_o, 64 * half, hq, row0, full(b));
+          }
         }
       }
     } else if (warp_all == 1) {
       // LSE (times log2 e) and delta of the tile's 64 query rows; rows past the end see nothing.
-      GroupCursor cur(&p.sched, k_tile, p.group);
-      for (int it = 0; cur.valid(); ++it, cur.next()) {
-        const int b = it % L::kStages;
-        if (it >= L::kStages) sm90::mbar_wait(empty(b), ((it / L::kStages) - 1) & 1);
-        const int hq = hk * p.group + cur.head;
-        const int64_t row0 = int64_t{cur.tiles.tile} * kTile;
+      int it = 0;
+      for (int part = 0; part < parts; ++part) {
+        for (KeyTileWalk qw = walk(part); qw.valid(); ++it, qw.next(p.sched.runs, p.group)) {
+          const int b = it % L::kStages;
+          if (it >= L::kStages) sm90::mbar_wait(empty(b), ((it / L::kStages) - 1) & 1);
+          const int hq = hk * p.group + qw.head;
+          const int64_t row0 = int64_t{qw.tile} * kTile;
+          const float* lse = p.lse + hq * p.lse_head + row0 * p.lse_tok;
+          const float* dlt = p.delta + hq * p.seqlen_q + row0;
+          const int64_t rows = p.seqlen_q - row0;
 #pragma unroll
-        for (int i = lane; i < kTile; i += 32) {
-          const int64_t row = row0 + i;
-          const bool valid = row < p.seqlen_q;
-          lse2(b)[i] = valid ? p.lse[hq * p.lse_head + row * p.lse_tok] * kLog2e : INFINITY;
-          delta(b)[i] = valid ? p.delta[hq * p.seqlen_q + row] : 0.f;
+          for (int i = lane; i < kTile; i += 32) {
+            const bool valid = i < rows;
+            lse2(b)[i] = valid ? lse[i * p.lse_tok] * kLog2e : INFINITY;
+            delta(b)[i] = valid ? dlt[i] : 0.f;
+          }
+          sm90::mbar_arrive(full(b));
         }
-        sm90::mbar_arrive(full(b));
       }
     } else if (kTmaDq && warp_all == 2 && lane == 0) {
       // The reducer: each query tile's dQ, once the consumers have written it, added to the
       // accumulator; the buffer is free again as soon as TMA has read it.
-      GroupCursor cur(&p.sched, k_tile, p.group);
-      for (int it = 0; cur.valid(); ++it, cur.next()) {
-        const int hq = hk * p.group + cur.head;
-        const int32_t row0 = cur.tiles.tile * kTile;
-        sm90::mbar_wait(dq_full, it & 1);
+      int it = 0;
+      for (int part = 0; part < parts; ++part) {
+        for (KeyTileWalk qw = walk(part); qw.valid(); ++it, qw.next(p.sched.runs, p.group)) {
+          const int hq = hk * p.group + qw.head;
+          const int32_t row0 = qw.tile * kTile;
+          sm90::mbar_wait(dq_full, it & 1);
 #pragma unroll
-        for (int chunk = 0; chunk < D / 32; ++chunk)
-          sm90::tma_reduce_add_3d(&maps.dq, sdq + chunk * L::kDqChunkBytes, 32 * chunk, hq, row0);
-        sm90::bulk_commit();
-        sm90::bulk_wait_read<0>();
-        sm90::mbar_arrive(dq_empty);
+          for (int chunk = 0; chunk < D / 32; ++chunk)
+            sm90::tma_reduce_add_3d(&maps.dq, sdq + chunk * L::kDqChunkBytes, 32 * chunk, hq, row0);
+          sm90::bulk_commit();
+          sm90::bulk_wait_read<0>();
+          sm90::mbar_arrive(dq_empty);
+        }
       }
       sm90::bulk_wait<0>();
     }
@@ -162,184 +193,188 @@ __global__ void __launch_bounds__(384, 1)
   const int warp = warp_all & 3, g = lane >> 2, t4 = lane & 3;
   const int key0 = 64 * c + 16 * warp;  // this warp's first key in the tile (rows g, g + 8)
 
-  float dk[D / 2], dv[D / 2];
+  int it = 0;
+  for (int part = 0; part < parts; ++part) {
+    float dk[D / 2], dv[D / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+    for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
 
-  sm90::mbar_wait(bar_kv, 0);
-  GroupCursor cur(&p.sched, k_tile, p.group);
-  for (int it = 0; cur.valid(); ++it, cur.next()) {
-    const int b = it % L::kStages;
-    const int32_t mask = cur.tiles.mask();
-    const int hq = hk * p.group + cur.head;
-    const int64_t q0 = int64_t{cur.tiles.tile} * kTile;
-    sm90::mbar_wait(full(b), (it / L::kStages) & 1);
+    sm90::mbar_wait(bar_kv, part & 1);
+    const int iterations = (part == 0 ? item.query_tiles[0] : item.query_tiles[1]) * p.group;
+    for (int i = 0; i < iterations; ++i, ++it) {
+      const int b = it % L::kStages;
+      sm90::mbar_wait(full(b), (it / L::kStages) & 1);
 
-    // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries, K-major operands in shared memory.
-    // Each operand's descriptor is made once a tile; a k-step's is that plus its byte offset
-    // (sm90::desc_plus): one add per wgmma operand instead of a mask, shift and or.
-    const uint64_t k_desc = sm90::smem_desc(sk + 64 * c * 128, 16, 1024);
-    const uint64_t v_desc = sm90::smem_desc(sv + 64 * c * 128, 16, 1024);
-    const uint64_t q_desc = sm90::smem_desc(sq(b), 16, 1024), do_desc = sm90::smem_desc(sdo(b), 16, 1024);
-    float st[32], dpt[32];
-    sm90::wgmma_fence();
+      // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries, K-major operands in shared memory.
+      // Each operand's descriptor is made once a tile; a k-step's is that plus its byte offset
+      // (sm90::desc_plus): one add per wgmma operand instead of a mask, shift and or.
+      const uint64_t k_desc = sm90::smem_desc(sk + 64 * c * 128, 16, 1024);
+      const uint64_t v_desc = sm90::smem_desc(sv + 64 * c * 128, 16, 1024);
+      const uint64_t q_desc = sm90::smem_desc(sq(b), 16, 1024), do_desc = sm90::smem_desc(sdo(b), 16, 1024);
+      float st[32], dpt[32];
+      sm90::wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t kv_off = (ks >> 2) * (L::kKeys * 128) + (ks & 3) * 32;
-      const uint32_t q_off = (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
-      sm90::WgmmaSS<T, 64>::template run<0, 0>(st, sm90::desc_plus(k_desc, kv_off), sm90::desc_plus(q_desc, q_off),
-                                               ks > 0);
-    }
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t kv_off = (ks >> 2) * (L::kKeys * 128) + (ks & 3) * 32;
-      const uint32_t q_off = (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
-      sm90::WgmmaSS<T, 64>::template run<0, 0>(dpt, sm90::desc_plus(v_desc, kv_off), sm90::desc_plus(do_desc, q_off),
-                                               ks > 0);
-    }
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(st);
-    sm90::fence_regs(dpt);
-
-    // P^T and dS^T (key rows g: e = 0, 1; g + 8: e = 2, 3; query column 8 n + 2 t4 + (e & 1)).
-    // The bitmask words are read after the wait: read between the commit and the wait, ptxas
-    // serialized the kernel's wgmmas (C7517 / C7519).
-    uint64_t w[2] = {~uint64_t{0}, ~uint64_t{0}};
-    if (mask >= 0) {
-      const uint64_t* bits = p.sched.bits + int64_t{mask} * L::kKeys + key0 + g;
-      w[0] = bits[0];
-      w[1] = bits[8];
-    }
-    probs_and_ds(st, dpt, w, t4, p.scale_log2, lse2(b), delta(b));
-    uint32_t pa[4][4], da[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        pa[kk][j] = M::pack(st[8 * kk + 2 * j], st[8 * kk + 2 * j + 1]);
-        da[kk][j] = M::pack(dpt[8 * kk + 2 * j], dpt[8 * kk + 2 * j + 1]);
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const uint32_t kv_off = (ks >> 2) * (L::kKeys * 128) + (ks & 3) * 32;
+        const uint32_t q_off = (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
+        sm90::WgmmaSS<T, 64>::template run<0, 0>(st, sm90::desc_plus(k_desc, kv_off), sm90::desc_plus(q_desc, q_off),
+                                                 ks > 0);
       }
-    }
-    // dS^T to shared memory as [key][query], 128-byte swizzled: the M-major A operand of dQ.
-    {
-      char* ds = gbase + L::kDsOffset + b * L::kDsBytes;
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const uint32_t kv_off = (ks >> 2) * (L::kKeys * 128) + (ks & 3) * 32;
+        const uint32_t q_off = (ks >> 2) * (kTile * 128) + (ks & 3) * 32;
+        sm90::WgmmaSS<T, 64>::template run<0, 0>(dpt, sm90::desc_plus(v_desc, kv_off), sm90::desc_plus(do_desc, q_off),
+                                                 ks > 0);
+      }
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(st);
+      sm90::fence_regs(dpt);
+
+      // P^T and dS^T (key rows g: e = 0, 1; g + 8: e = 2, 3; query column 8 n + 2 t4 + (e & 1)).
+      // The bitmask words are read after the wait: read between the commit and the wait, ptxas
+      // serialized the kernel's wgmmas (C7517 / C7519).
+      uint64_t w[2] = {~uint64_t{0}, ~uint64_t{0}};
+      if (const int32_t mask = info(b)[2]; mask >= 0) {
+        const uint64_t* bits = p.sched.bits + int64_t{mask} * L::kKeys + key0 + g;
+        w[0] = bits[0];
+        w[1] = bits[8];
+      }
+      probs_and_ds(st, dpt, w, t4, p.scale_log2, lse2(b), delta(b));
+      uint32_t pa[4][4], da[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          // da[kk][j] holds query columns 16 kk + 8 (j >> 1) + 2 t4 (+1) of key row g + 8 (j & 1).
-          const int key = key0 + g + 8 * (j & 1), query = 16 * kk + 8 * (j >> 1) + 2 * t4;
-          *reinterpret_cast<uint32_t*>(ds + key * 128 + (((query >> 3) ^ (key & 7)) << 4) + (query & 7) * 2) =
-              da[kk][j];
+          pa[kk][j] = M::pack(st[8 * kk + 2 * j], st[8 * kk + 2 * j + 1]);
+          da[kk][j] = M::pack(dpt[8 * kk + 2 * j], dpt[8 * kk + 2 * j + 1]);
         }
-    }
-    const bool writes_dq = kSplitD || c == 0;  // d128: each warpgroup half the head dim; d64: warpgroup 0
-    // dV += P^T dO and dK += dS^T Q, one wgmma group: B N-major (head dim contiguous), halves
-    // kTile rows apart.
-    auto issue_dv_dk = [&] {
-      const uint64_t do_desc_n = sm90::smem_desc(sdo(b), kTile * 128, 1024);
-      const uint64_t q_desc_n = sm90::smem_desc(sq(b), kTile * 128, 1024);
-      sm90::wgmma_fence();
+      }
+      // dS^T to shared memory as [key][query], 128-byte swizzled: the M-major A operand of dQ.
+      {
+        char* ds = gbase + L::kDsOffset + b * L::kDsBytes;
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::desc_plus(do_desc_n, kk * 16 * 128), 1);
+        for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::desc_plus(q_desc_n, kk * 16 * 128), 1);
-      sm90::wgmma_commit();
-    };
-    // dQ = dS K over the block's 128 keys, one wgmma group; both warpgroups' dS^T must be in
-    // shared memory.
-    auto issue_dq = [&](float (&dq)[32]) {
-      const uint64_t ds_desc = sm90::smem_desc(sds(b), 8192, 1024);
-      const uint64_t kd_desc = sm90::smem_desc(sk + (kSplitD ? c : 0) * (L::kKeys * 128), L::kKeys * 128, 1024);
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < L::kKeys / 16; ++ks)
-        sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::desc_plus(ds_desc, ks * 16 * 128),
-                                                 sm90::desc_plus(kd_desc, ks * 16 * 128), ks > 0);
-      sm90::wgmma_commit();
-    };
-    if constexpr (kTmaDq) {
-      // dQ first, then dV and dK: the dQ tile goes to shared memory while the tensor cores run
-      // dV and dK.
-      sm90::fence_proxy_async();
-      sm90::named_sync(1, 256);
-      float dq[32];
-      if (writes_dq) issue_dq(dq);
-      issue_dv_dk();
-      if (writes_dq) {
-        // d128: wait for dQ's group alone (the older one). d64, where only warpgroup 0 computes
-        // dQ, waits for both: with the branch around dQ's group, ptxas serialized every wgmma
-        // of that kernel (C7514) when dQ was read while dV and dK were still in flight.
-        if constexpr (kSplitD) sm90::wgmma_wait<1>();
-        else sm90::wgmma_wait<0>();
-        sm90::fence_regs(dq);
-        // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1): into
-        // the shared tile (rows past the end too: the reduce-add skips them), once the reducer
-        // has read the previous tile's.
-        if (it > 0) sm90::mbar_wait(dq_empty, (it - 1) & 1);
-        char* tile = gbase + L::kDqOffset;
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const int col = (kSplitD ? 64 * c : 0) + 8 * n + 2 * t4;
-          const int unit = (col & 31) >> 2;
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int row = 16 * warp + g + 8 * r;
-            *reinterpret_cast<float2*>(tile + (col >> 5) * L::kDqChunkBytes + row * 128 + ((unit ^ (row & 7)) << 4) +
-                                       (col & 3) * 4) = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+          for (int j = 0; j < 4; ++j) {
+            // da[kk][j] holds query columns 16 kk + 8 (j >> 1) + 2 t4 (+1) of key row g + 8 (j & 1).
+            const int key = key0 + g + 8 * (j & 1), query = 16 * kk + 8 * (j >> 1) + 2 * t4;
+            *reinterpret_cast<uint32_t*>(ds + key * 128 + (((query >> 3) ^ (key & 7)) << 4) + (query & 7) * 2) =
+                da[kk][j];
           }
-        }
+      }
+      const bool writes_dq = kSplitD || c == 0;  // d128: each warpgroup half the head dim; d64: warpgroup 0
+      // dV += P^T dO and dK += dS^T Q, one wgmma group: B N-major (head dim contiguous), halves
+      // kTile rows apart.
+      auto issue_dv_dk = [&] {
+        const uint64_t do_desc_n = sm90::smem_desc(sdo(b), kTile * 128, 1024);
+        const uint64_t q_desc_n = sm90::smem_desc(sq(b), kTile * 128, 1024);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::desc_plus(do_desc_n, kk * 16 * 128), 1);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::desc_plus(q_desc_n, kk * 16 * 128), 1);
+        sm90::wgmma_commit();
+      };
+      // dQ = dS K over the block's 128 keys, one wgmma group; both warpgroups' dS^T must be in
+      // shared memory.
+      auto issue_dq = [&](float (&dq)[32]) {
+        const uint64_t ds_desc = sm90::smem_desc(sds(b), 8192, 1024);
+        const uint64_t kd_desc = sm90::smem_desc(sk + (kSplitD ? c : 0) * (L::kKeys * 128), L::kKeys * 128, 1024);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < L::kKeys / 16; ++ks)
+          sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::desc_plus(ds_desc, ks * 16 * 128),
+                                                   sm90::desc_plus(kd_desc, ks * 16 * 128), ks > 0);
+        sm90::wgmma_commit();
+      };
+      if constexpr (kTmaDq) {
+        // dQ first, then dV and dK: the dQ tile goes to shared memory while the tensor cores run
+        // dV and dK.
         sm90::fence_proxy_async();
-        sm90::mbar_arrive(dq_full);
-      }
-      sm90::wgmma_wait<0>();
-    } else {
-      issue_dv_dk();
-
-      // dQ once both warpgroups' dS^T are in shared memory.
-      sm90::fence_proxy_async();
-      sm90::named_sync(1, 256);
-      if (writes_dq) {
+        sm90::named_sync(1, 256);
         float dq[32];
-        issue_dq(dq);
-        sm90::wgmma_wait<0>();
-        sm90::fence_regs(dq);
-        // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1).
-        const int64_t row_a = q0 + 16 * warp + g, row_b = row_a + 8;
-        const int col0 = (kSplitD ? 64 * c : 0) + 2 * t4;
-        float* acc_a = p.dq_accum + (row_a * p.heads_q + hq) * D + col0;
-        float* acc_b = p.dq_accum + (row_b * p.heads_q + hq) * D + col0;
+        if (writes_dq) issue_dq(dq);
+        issue_dv_dk();
+        if (writes_dq) {
+          // d128: wait for dQ's group alone (the older one). d64, where only warpgroup 0 computes
+          // dQ, waits for both: with the branch around dQ's group, ptxas serialized every wgmma
+          // of that kernel (C7514) when dQ was read while dV and dK were still in flight.
+          if constexpr (kSplitD) sm90::wgmma_wait<1>();
+          else sm90::wgmma_wait<0>();
+          sm90::fence_regs(dq);
+          // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1): into
+          // the shared tile (rows past the end too: the reduce-add skips them), once the reducer
+          // has read the previous tile's.
+          if (it > 0) sm90::mbar_wait(dq_empty, (it - 1) & 1);
+          char* tile = gbase + L::kDqOffset;
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          if (row_a < p.seqlen_q) add_pair(acc_a + n * 8, dq[4 * n], dq[4 * n + 1]);
-          if (row_b < p.seqlen_q) add_pair(acc_b + n * 8, dq[4 * n + 2], dq[4 * n + 3]);
+          for (int n = 0; n < 8; ++n) {
+            const int col = (kSplitD ? 64 * c : 0) + 8 * n + 2 * t4;
+            const int unit = (col & 31) >> 2;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int row = 16 * warp + g + 8 * r;
+              *reinterpret_cast<float2*>(tile + (col >> 5) * L::kDqChunkBytes + row * 128 + ((unit ^ (row & 7)) << 4) +
+                                         (col & 3) * 4) = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+            }
+          }
+          sm90::fence_proxy_async();
+          sm90::mbar_arrive(dq_full);
         }
-      } else {
         sm90::wgmma_wait<0>();
-      }
-    }
-    sm90::fence_regs(dk);
-    sm90::fence_regs(dv);
-    sm90::mbar_arrive(empty(b));
-  }
+      } else {
+        issue_dv_dk();
 
-  // dK (scaled) and dV of this warp's keys.
-  T* dk_base = static_cast<T*>(p.dk) + hk * p.dk_head;
-  T* dv_base = static_cast<T*>(p.dv) + hk * p.dv_head;
-  const int64_t k0 = int64_t{k_tile} * L::kKeys;
+        // dQ once both warpgroups' dS^T are in shared memory.
+        sm90::fence_proxy_async();
+        sm90::named_sync(1, 256);
+        if (writes_dq) {
+          float dq[32];
+          issue_dq(dq);
+          sm90::wgmma_wait<0>();
+          sm90::fence_regs(dq);
+          // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1).
+          const int hq = hk * p.group + info(b)[1];
+          const int64_t row_a = int64_t{info(b)[0]} * kTile + 16 * warp + g, row_b = row_a + 8;
+          const int col0 = (kSplitD ? 64 * c : 0) + 2 * t4;
+          float* acc_a = p.dq_accum + (row_a * p.heads_q + hq) * D + col0;
+          float* acc_b = p.dq_accum + (row_b * p.heads_q + hq) * D + col0;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t key = k0 + key0 + g + 8 * r;
-    if (key >= p.seqlen_k) continue;
+          for (int n = 0; n < 8; ++n) {
+            if (row_a < p.seqlen_q) add_pair(acc_a + n * 8, dq[4 * n], dq[4 * n + 1]);
+            if (row_b < p.seqlen_q) add_pair(acc_b + n * 8, dq[4 * n + 2], dq[4 * n + 3]);
+          }
+        } else {
+          sm90::wgmma_wait<0>();
+        }
+      }
+      sm90::fence_regs(dk);
+      sm90::fence_regs(dv);
+      sm90::mbar_arrive(empty(b));
+    }
+    // Every wgmma of the tile has completed (each iteration ends waiting for all): K and V may be
+    // overwritten by the next tile's.
+    sm90::mbar_arrive(kv_empty);
+
+    // dK (scaled) and dV of this warp's keys.
+    T* dk_base = static_cast<T*>(p.dk) + hk * p.dk_head;
+    T* dv_base = static_cast<T*>(p.dv) + hk * p.dv_head;
+    const int64_t k0 = int64_t{key_tile(part)} * L::kKeys;
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      const int col = n * 8 + 2 * t4;
-      *reinterpret_cast<uint32_t*>(dk_base + key * p.dk_tok + col) =
-          M::pack(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv_base + key * p.dv_tok + col) = M::pack(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      const int64_t key = k0 + key0 + g + 8 * r;
+      if (key >= p.seqlen_k) continue;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        const int col = n * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t*>(dk_base + key * p.dk_tok + col) =
+            M::pack(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(dv_base + key * p.dv_tok + col) = M::pack(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+      }
     }
   }
 #else
@@ -349,9 +384,12 @@ __global__ void __launch_bounds__(384, 1)
 
 // Which backward runs on an sm_90 GPU, from LCA_FLEX_BACKWARD: "sm90" (the default: this kernel
 // with dQ through TMA reduce-adds, 1.25-1.3x sm90_atomic's rate on an H100, NOTES v9),
-// "sm90_atomic" (this kernel with dQ through fp32 atomics) or "mma" (the portable mma.sync kernel).
+// "sm90_atomic" (this kernel with dQ through fp32 atomics, one key tile a block), "sm90_unpaired"
+// (the default kernel with one key tile a block, for A/B runs), "sm90_paired" (the default kernel
+// with no pair split: the tests' small problems take the two-tile path) or "mma" (the portable
+// mma.sync kernel).
 inline const std::string& backward_variant() {
-  static const std::string v = variant_env("LCA_FLEX_BACKWARD", "mma sm90 sm90_atomic");
+  static const std::string v = variant_env("LCA_FLEX_BACKWARD", "mma sm90 sm90_atomic sm90_unpaired sm90_paired");
   return v;
 }
 inline bool sm90_backward_available() { return backward_variant() != "mma" && sm90_device(); }
@@ -361,7 +399,7 @@ void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, c
   using L = Sm90BwdLayout<T, D, kTmaDq>;
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(backward_sm90_kernel<T, D, kTmaDq>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
-  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
+  const dim3 grid(static_cast<unsigned>(p.sched.item_count), static_cast<unsigned>(p.heads_kv));
   backward_sm90_kernel<T, D, kTmaDq><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash backward_sm90_kernel");
 }

@@ -26,4 +26,10 @@ double wide_tile_speedup(bool forward) {
   return dev::sm90_backward_available() ? kSm90Backward / kMma64Backward : kMmaWideOverNarrow;
 }
 
+BwdPairing backward_pairing() {
+  const std::string& v = dev::backward_variant();
+  if (v == "sm90_unpaired" || v == "sm90_atomic") return BwdPairing::kNone;
+  return v == "sm90_paired" ? BwdPairing::kAll : BwdPairing::kAuto;
+}
+
 }  // namespace lca_flex_flash

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <future>
 #include <string>
+#include <vector>
 
 namespace lca_flex_flash {
 
@@ -22,12 +23,12 @@ namespace {
 using lca::require;
 
 struct UploadedSchedule {
-  DeviceBuffer runs, run_offsets, bits, order;
-  int32_t row_tiles = 0, tile_rows = 0;
+  DeviceBuffer runs, run_offsets, bits, order, items;
+  int32_t row_tiles = 0, tile_rows = 0, item_count = 0;
   float idle_share = 0.f;
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
-                          row_tiles, tile_rows, idle_share};
+                          row_tiles, tile_rows, idle_share, items.as<BwdItem>(), item_count};
   }
 };
 
@@ -41,8 +42,10 @@ DeviceBuffer upload(const V& host, const lca_exec& exec, const char* what) {
   return buf;
 }
 
-UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec) {
+UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::vector<BwdItem>& items = {}) {
   UploadedSchedule u;
+  u.items = upload(items, exec, "the backward's blocks");
+  u.item_count = static_cast<int32_t>(items.size());
   u.runs = upload(s.runs, exec, "the tile runs");
   u.run_offsets = upload(s.run_offsets, exec, "the tile run offsets");
   u.bits = upload(s.bits, exec, "the partial-tile bitmasks");
@@ -114,12 +117,23 @@ class FlexFlash final : public lca::IKernel {
     // future of std::async waits for its thread when destroyed, so a throw here cannot leave it
     // reading the mask after plan() returns.
     const double fwd_speedup = wide_tile_speedup(true), bwd_speedup = wide_tile_speedup(false);
-    auto bwd = std::async(std::launch::async, [&mask, bwd_speedup] {
-      return build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, bwd_speedup);
+    const BwdPairing pairing = backward_pairing();
+    int device = 0, sms = 0;
+    LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
+    LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    struct Bwd {
+      TileSchedule sched;
+      std::vector<BwdItem> items;
+    };
+    auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, sms] {
+      Bwd b{build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, bwd_speedup), {}};
+      b.items = backward_items(b.sched, pr.heads_kv, pr.heads_q / pr.heads_kv, sms, pairing);
+      return b;
     });
     const TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
     plan->fwd = upload(fwd, exec);
-    plan->bwd = upload(bwd.get(), exec);
+    const Bwd b = bwd.get();
+    plan->bwd = upload(b.sched, exec, b.items);
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
     return plan;
   }

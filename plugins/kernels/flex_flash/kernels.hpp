@@ -27,6 +27,8 @@ struct DeviceSchedule {
   int32_t row_tiles = 0;
   int32_t tile_rows = 0;
   float idle_share = 0.f;  // of the 64-row halves of scheduled tiles, the share that sees nothing
+  const BwdItem* items = nullptr;  // backward only: the Hopper backward's blocks (backward_items)
+  int32_t item_count = 0;
 };
 
 struct FwdParams {
@@ -77,6 +79,12 @@ LCA_FLEX_DECLARE(LCA_DTYPE_F16, 128)
 // that takes 64-row tiles, on the current GPU and kernel choice (LCA_FLEX_FORWARD/_BACKWARD):
 // plan() weighs the two schedules by it (build_adaptive_schedule).
 double wide_tile_speedup(bool forward);
+
+// How the Hopper backward puts key tiles into blocks (backward_items), from LCA_FLEX_BACKWARD:
+// one a block (sm90_unpaired, sm90_atomic); pairs on causal-like masks (the default); pairs on
+// every mask, none split (sm90_paired: the two-tile path even on problems too small to fill the
+// GPU, as in the tests).
+BwdPairing backward_pairing();
 
 // dtype: lca_dtype (bf16 or f16); head_dim 64 or 128. Launch errors throw lca::Error.
 void launch_forward(int32_t dtype, int32_t head_dim, const FwdParams& p, void* stream);

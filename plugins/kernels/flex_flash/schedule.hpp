@@ -50,6 +50,38 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
 TileSchedule build_adaptive_schedule(const lca_mask& mask, bool by_query, int32_t wide_rows,
                                      double wide_speedup = 1.25);
 
+// One block of the Hopper backward (per kv head): one or two key tiles (row tiles of a backward
+// schedule) walked one after the other, each over its query tiles and the query heads of its
+// group: tiles outer and heads inner, or heads outer (kWalkHeadsInner), tiles first to last or
+// last to first (kWalkDown0 / kWalkDown1 for tiles[0] / tiles[1]).
+struct BwdItem {
+  int32_t tiles[2];        // tiles[1] < 0: one tile
+  int32_t query_tiles[2];  // how many query tiles each one sees (0 for an absent second tile)
+  int32_t flags;
+};
+constexpr int32_t kWalkDown0 = 1, kWalkDown1 = 2, kWalkHeadsInner = 4;
+
+// Whether key tiles share blocks (backward_items): never, on causal-like masks (kAuto), always.
+enum class BwdPairing { kNone, kAuto, kAll };
+
+// The blocks of the Hopper backward, in launch order (the grid runs them for one kv head, then
+// the next). Unpaired, every key tile is a block of its own, longest first, walking its query
+// tiles first to last, heads outer: the blocks of a wave (one kv head) then read a query tile
+// two or so iterations after their neighbours do, which keeps it in L2 wherever the key tiles'
+// query ranges are alike (full, windows, documents). On causal-like masks (at least 90% of the
+// key tiles' query ranges end together, or start together, and the longest range is over twice
+// the shortest) unpaired blocks start at different query tiles and a wave's reads spread over all
+// of them; there (kAuto) the i-th longest tile shares a block with the i-th shortest, heads
+// inner, the long one walked from the end where the ranges meet and the short one back: every
+// pair is as long and the blocks of a wave walk two fronts of query tiles in step
+// (docs/kernels/NOTES.md v13). Pairs that would leave a last wave part empty are split back into
+// single tiles, launched after the pairs: of at most a wave's worth (slots / heads_kv pairs), the
+// fewest that bring the simulated dispatch onto `slots` SMs within 1.5% of its best (slots <= 0
+// or kAll: none). Every row tile appears exactly once, empty ones too (their dK and dV are zeros
+// to write).
+std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,
+                                    BwdPairing pairing);
+
 // Does the schedule make (row, col) visible? For tests: walks the runs of row's tile.
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col);
 

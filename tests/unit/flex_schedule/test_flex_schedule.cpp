@@ -2,7 +2,8 @@
 // builtin patterns at odd lengths and for random masks of disjoint slices of every type (rows
 // shared by several slices, empty slices, q != k lengths), in the forward (rows = queries) and
 // backward (rows = keys) orientations, with 64- and 128-row tiles. Also: full tiles really are full, every tile is listed
-// at most once, and the launch order is a permutation sorted by work.
+// at most once, the launch order is a permutation sorted by work, and the Hopper backward's blocks
+// (backward_items) hold every key tile exactly once.
 #include "random_slices.hpp"
 #include "builtin_fixture.hpp"
 
@@ -13,11 +14,18 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <tuple>
 
 namespace lca::test {
 namespace {
 
+using lca_flex_flash::backward_items;
 using lca_flex_flash::build_schedule;
+using lca_flex_flash::BwdItem;
+using lca_flex_flash::BwdPairing;
+using lca_flex_flash::kWalkDown0;
+using lca_flex_flash::kWalkDown1;
+using lca_flex_flash::kWalkHeadsInner;
 using lca_flex_flash::kTile;
 using lca_flex_flash::schedule_visible;
 using lca_flex_flash::TileSchedule;
@@ -26,6 +34,30 @@ bool covered(const lca_mask& m, int64_t q, int64_t k) {
   for (int64_t i = 0; i < m.num_slices; ++i)
     if (lca::slice_contains(m.slices[i], q, k)) return true;
   return false;
+}
+
+// Every row tile of s in exactly one item, in one slot of it; the second slot empty or a tile.
+void expect_items_partition(const TileSchedule& s, const std::vector<BwdItem>& items) {
+  std::vector<int> seen(static_cast<size_t>(s.row_tiles), 0);
+  for (const BwdItem& it : items) {
+    ASSERT_GE(it.tiles[0], 0);
+    ASSERT_LT(it.tiles[0], s.row_tiles);
+    ASSERT_GE(it.tiles[1], -1);
+    ASSERT_LT(it.tiles[1], s.row_tiles);
+    ASSERT_EQ(it.flags & ~(kWalkDown0 | kWalkDown1 | kWalkHeadsInner), 0);
+    for (int i = 0; i < 2; ++i) {
+      const int32_t t = it.tiles[i];
+      if (t < 0) {
+        ASSERT_EQ(it.query_tiles[i], 0);
+        continue;
+      }
+      ++seen[static_cast<size_t>(t)];
+      int32_t query_tiles = 0;
+      for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) query_tiles += s.runs[r].end - s.runs[r].begin;
+      ASSERT_EQ(it.query_tiles[i], query_tiles) << "row tile " << t;
+    }
+  }
+  for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(seen[static_cast<size_t>(t)], 1) << "row tile " << t;
 }
 
 void expect_exact(const lca_mask& m, const std::string& label) {
@@ -88,6 +120,12 @@ void expect_exact(const lca_mask& m, const std::string& label) {
     std::vector<int32_t> sorted = s.order;
     std::sort(sorted.begin(), sorted.end());
     for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(sorted[t], t) << "the order is not a permutation";
+    if (!by_query)
+      for (auto [heads_kv, slots, pairing] : {std::tuple{8, 132, BwdPairing::kAuto}, std::tuple{1, 3, BwdPairing::kAuto},
+                                              std::tuple{2, 132, BwdPairing::kNone}, std::tuple{2, 132, BwdPairing::kAll}}) {
+        SCOPED_TRACE("items: heads_kv " + std::to_string(heads_kv) + " slots " + std::to_string(slots));
+        expect_items_partition(s, backward_items(s, heads_kv, 8 / heads_kv, slots, pairing));
+      }
   }
 }
 
@@ -205,6 +243,78 @@ TEST(FlexSchedule, TileRowsFollowThePredictedTime) {
   for (bool by_query : {true, false}) {
     EXPECT_EQ(build_adaptive_schedule(diagonal, by_query, 128, 1.9).tile_rows, 64);
     EXPECT_EQ(build_adaptive_schedule(diagonal, by_query, 128, 2.1).tile_rows, 128);
+  }
+}
+
+// Blocks of the Hopper backward on a causal mask at 16K, heads 64:8, 132 SMs: key tile k (query
+// tiles 2k .. 255) shares a block with key tile 127 - k, heads inner, the long one walked from the
+// last query tile down and the short one up, so every pair's walk is as long (258 query tiles)
+// and the blocks of a wave walk two fronts of query tiles in step (NOTES v13). The pairs that
+// would leave the last wave part empty are split into single tiles, launched last. Masks whose key
+// tiles see alike query ranges (full, sliding windows, documents) stay unpaired: one tile a block,
+// longest first, first query tile to last, heads outer.
+TEST(FlexSchedule, BackwardPairsTheKeyTilesOfCausalMasks) {
+  auto& p = BuiltinProvider::instance();
+  auto g = p.generate("causal", "{}", 16384, 42);
+  ASSERT_EQ(g.status, LCA_OK) << g.error;
+  const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
+  ASSERT_EQ(s.row_tiles, 128);
+  const std::vector<BwdItem> items = backward_items(s, 8, 8, 132, BwdPairing::kAuto);
+  expect_items_partition(s, items);
+  size_t pairs = 0;
+  bool singles_started = false;
+  for (const BwdItem& it : items) {
+    if (it.tiles[1] < 0) {
+      singles_started = true;
+      EXPECT_EQ(it.flags, kWalkHeadsInner | kWalkDown0);
+      continue;
+    }
+    EXPECT_FALSE(singles_started) << "a pair launched after a single tile";
+    ++pairs;
+    EXPECT_EQ(it.tiles[0] + it.tiles[1], 127);
+    EXPECT_LT(it.tiles[0], it.tiles[1]) << "the long tile first";
+    EXPECT_EQ(it.query_tiles[0] + it.query_tiles[1], 258);
+    EXPECT_EQ(it.flags, kWalkHeadsInner | kWalkDown0) << "long tile down, short tile up, heads inner";
+  }
+  // 64 pairs a kv head on 132 SMs: at most a wave's worth (17) split.
+  EXPECT_GE(pairs, 64u - 17u);
+  EXPECT_LE(pairs, 64u);
+  // kAll splits none; kNone pairs none: 128 single tiles, longest first, walked up, heads outer.
+  const std::vector<BwdItem> all = backward_items(s, 8, 8, 132, BwdPairing::kAll);
+  EXPECT_EQ(all.size(), 64u);
+  const std::vector<BwdItem> singles = backward_items(s, 8, 8, 132, BwdPairing::kNone);
+  ASSERT_EQ(singles.size(), 128u);
+  for (size_t i = 0; i < singles.size(); ++i) {
+    EXPECT_EQ(singles[i].tiles[0], static_cast<int32_t>(i));
+    EXPECT_EQ(singles[i].tiles[1], -1);
+    EXPECT_EQ(singles[i].flags, 0);
+  }
+  // Alike ranges: no pairs by default (documents of 1K-3K tokens; the default distribution at 16K
+  // packs a few long documents, which are causal-like and paired).
+  for (const auto& [name, params] : {std::pair{"full", "{}"}, std::pair{"sliding_window_causal", "{}"},
+                                     std::pair{"causal_document", R"({"dist":"uniform:1000-3000"})"},
+                                     std::pair{"block_sparse", "{}"}}) {
+    auto m = p.generate(name, params, 16384, 42);
+    ASSERT_EQ(m.status, LCA_OK) << m.error;
+    const TileSchedule sm = build_schedule(*m.mask, /*by_query=*/false, 128);
+    for (const BwdItem& it : backward_items(sm, 8, 8, 132, BwdPairing::kAuto)) {
+      EXPECT_EQ(it.tiles[1], -1) << name;
+      EXPECT_EQ(it.flags, 0) << name;
+    }
+  }
+  // Where the long tiles' query ranges meet at the start (keys see the queries before them), the
+  // long tile walks up and the short one down.
+  const int64_t n = 4096;
+  const lca_slice inverse{0, n, 0, n, LCA_SLICE_INV_CAUSAL, 0};
+  const lca_mask inv{sizeof(lca_mask), n, n, 1, &inverse, nullptr, 0, nullptr};
+  const TileSchedule si = build_schedule(inv, /*by_query=*/false, 128);
+  const std::vector<BwdItem> inv_items = backward_items(si, 1, 1, 1, BwdPairing::kAuto);
+  expect_items_partition(si, inv_items);
+  ASSERT_EQ(inv_items.size(), 16u);
+  for (const BwdItem& it : inv_items) {
+    EXPECT_EQ(it.tiles[0] + it.tiles[1], 31);
+    EXPECT_GT(it.tiles[0], it.tiles[1]) << "the long tile first";
+    EXPECT_EQ(it.flags, kWalkHeadsInner | kWalkDown1) << "long tile up, short tile down";
   }
 }
 

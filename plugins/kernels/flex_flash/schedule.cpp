@@ -370,12 +370,16 @@ std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return tiles[a] > tiles[b]; });
 
-  int64_t at_end = 0, at_start = 0;
+  int64_t at_end = 0, at_start = 0, contiguous = 0;
   for (int32_t t = 0; t < n; ++t) {
     at_end += tiles[t] > 0 && hi[t] == max_hi;
     at_start += tiles[t] > 0 && lo[t] == min_lo;
+    contiguous += tiles[t] > 0 && tiles[t] == hi[t] - lo[t];
   }
-  const bool causal_like = seen > 0 && 10 * std::max(at_end, at_start) >= 9 * seen && most > 2 * fewest;
+  // Causal-like: the ranges end (or start) together and have no gaps (global_sliding's ranges all
+  // start at the global rows but are windows past them), and their lengths differ.
+  const bool causal_like = seen > 0 && 10 * std::max(at_end, at_start) >= 9 * seen && 10 * contiguous >= 9 * seen &&
+                           most > 2 * fewest;
   const bool pair = n >= 2 && (pairing == BwdPairing::kAll || (pairing == BwdPairing::kAuto && causal_like));
   // Paired walks start where the ranges meet: at their common end where at least as many tiles
   // end there as start together (causal), else at the start; the second tile of a pair walks back.

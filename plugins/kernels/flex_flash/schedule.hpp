@@ -69,8 +69,8 @@ enum class BwdPairing { kNone, kAuto, kAll };
 // tiles first to last, heads outer: the blocks of a wave (one kv head) then read a query tile
 // two or so iterations after their neighbours do, which keeps it in L2 wherever the key tiles'
 // query ranges are alike (full, windows, documents). On causal-like masks (at least 90% of the
-// key tiles' query ranges end together, or start together, and the longest range is over twice
-// the shortest) unpaired blocks start at different query tiles and a wave's reads spread over all
+// key tiles' query ranges end together, or start together, and have no gaps, and the longest
+// range is over twice the shortest) unpaired blocks start at different query tiles and a wave's reads spread over all
 // of them; there (kAuto) the i-th longest tile shares a block with the i-th shortest, heads
 // inner, the long one walked from the end where the ranges meet and the short one back: every
 // pair is as long and the blocks of a wave walk two fronts of query tiles in step

@@ -293,7 +293,7 @@ TEST(FlexSchedule, BackwardPairsTheKeyTilesOfCausalMasks) {
   // packs a few long documents, which are causal-like and paired).
   for (const auto& [name, params] : {std::pair{"full", "{}"}, std::pair{"sliding_window_causal", "{}"},
                                      std::pair{"causal_document", R"({"dist":"uniform:1000-3000"})"},
-                                     std::pair{"block_sparse", "{}"}}) {
+                                     std::pair{"block_sparse", "{}"}, std::pair{"global_sliding", "{}"}}) {
     auto m = p.generate(name, params, 16384, 42);
     ASSERT_EQ(m.status, LCA_OK) << m.error;
     const TileSchedule sm = build_schedule(*m.mask, /*by_query=*/false, 128);
@@ -301,6 +301,16 @@ TEST(FlexSchedule, BackwardPairsTheKeyTilesOfCausalMasks) {
       EXPECT_EQ(it.tiles[1], -1) << name;
       EXPECT_EQ(it.flags, 0) << name;
     }
+  }
+  // Prefix-LM: the prefix's keys see every query, the rest causally: paired.
+  {
+    auto m = p.generate("prefix_lm_causal", "{}", 16384, 42);
+    ASSERT_EQ(m.status, LCA_OK) << m.error;
+    const TileSchedule sm = build_schedule(*m.mask, /*by_query=*/false, 128);
+    const std::vector<BwdItem> prefix_items = backward_items(sm, 8, 8, 132, BwdPairing::kAuto);
+    expect_items_partition(sm, prefix_items);
+    EXPECT_EQ(prefix_items.front().flags, kWalkHeadsInner | kWalkDown0);
+    EXPECT_GE(prefix_items.front().tiles[1], 0);
   }
   // Where the long tiles' query ranges meet at the start (keys see the queries before them), the
   // long tile walks up and the short one down.

@@ -7,6 +7,8 @@ throughput over cudnn_sdpa's in its own run (where cudnn_sdpa runs the cell), el
 throughput against the first variant's. Usage:
   tools/dev/ab_variants.py --lcahost build-gpu/bin/lcahost --plugins build-gpu/plugins \\
       --matrix FILE.json --out DIR [--rounds 2] [--no-check] VAR=VALUE [VAR=VALUE ...]
+A variant plugins=DIR runs the plugins built in DIR (two trees side by side) with the environment
+as it is.
 Prints one line per cell and variant, then `best: VAR=VALUE` (the highest geometric mean)."""
 import argparse
 import json
@@ -19,12 +21,15 @@ import sys
 
 def run(args, variant, rnd):
     name, value = variant.split("=", 1)
-    out = os.path.join(args.out, f"ab-{value}-r{rnd}.jsonl")
+    # plugins=DIR: another build of the plugins (A/B of two trees) instead of an environment variable.
+    plugins = value if name == "plugins" else args.plugins
+    tag = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in value)
+    out = os.path.join(args.out, f"ab-{tag}-r{rnd}.jsonl")
     if os.path.exists(out):
         os.remove(out)
-    cmd = [args.lcahost, "--plugins", args.plugins, "--matrix", args.matrix, "--kernels", "flex_flash,cudnn_sdpa",
+    cmd = [args.lcahost, "--plugins", plugins, "--matrix", args.matrix, "--kernels", "flex_flash,cudnn_sdpa",
            "--out", out, "-q"] + (["--no-check"] if args.no_check else [])
-    env = dict(os.environ, **{name: value})
+    env = dict(os.environ) if name == "plugins" else dict(os.environ, **{name: value})
     res = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if res.returncode != 0:
         sys.exit(f"ab_variants: {variant}: lcahost exited {res.returncode}: {res.stderr[-400:]}")

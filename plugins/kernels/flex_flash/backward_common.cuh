@@ -82,18 +82,23 @@ __device__ __forceinline__ void add_pair(float* dst, float a, float b) {
 // m16n8 layout, 8 query blocks: element 4 n + e is key row g + 8 (e >> 1), query column
 // 8 n + 2 t4 + (e & 1)); w holds the two key rows' visibility bits, lse2 and delta the query
 // tile's rows (LSE in the log2 domain).
+// A thread's two columns of a block are adjacent: their LSE and delta are read as one 8-byte
+// load each (lse2 and delta 8-byte aligned).
 __device__ __forceinline__ void probs_and_ds(float* st, float* dpt, const uint64_t (&w)[2], int t4, float scale_log2,
                                              const float* lse2, const float* delta) {
 #pragma unroll
-  for (int n = 0; n < 8; ++n)
+  for (int n = 0; n < 8; ++n) {
+    const float2 l2 = *reinterpret_cast<const float2*>(lse2 + n * 8 + 2 * t4);
+    const float2 dl = *reinterpret_cast<const float2*>(delta + n * 8 + 2 * t4);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int col = n * 8 + 2 * t4 + (e & 1);
       const bool visible = (w[e >> 1] >> col) & 1u;
-      const float prob = visible ? exp2f(st[4 * n + e] * scale_log2 - lse2[col]) : 0.f;
+      const float prob = visible ? exp2f(st[4 * n + e] * scale_log2 - ((e & 1) ? l2.y : l2.x)) : 0.f;
       st[4 * n + e] = prob;
-      dpt[4 * n + e] = prob * (dpt[4 * n + e] - delta[col]);
+      dpt[4 * n + e] = prob * (dpt[4 * n + e] - ((e & 1) ? dl.y : dl.x));
     }
+  }
 }
 
 }  // namespace lca_flex_flash::dev

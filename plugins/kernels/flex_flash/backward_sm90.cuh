@@ -1,7 +1,8 @@
-// The flex_flash backward kernel for Hopper (sm_90a): one block of three warpgroups per (key tile
-// of 128 keys, kv head), on the same backward schedule as the mma.sync kernel (backward.cuh).
-// Warpgroup 0 produces: one thread loads K and V once and then the Q and dO tiles (64 query rows)
-// of every (query head of the group, query tile) by TMA into a two-stage ring; warp 1 copies the
+// The flex_flash backward kernel for Hopper (sm_90a): one block of three warpgroups per (item of
+// one or two key tiles of 128 keys, kv head), on the same backward schedule as the mma.sync
+// kernel (backward.cuh). Warpgroup 0 produces: one thread loads a key tile's K and V once and then
+// the Q and dO tiles (64 query rows) of every (query head of the group, query tile) by TMA into a
+// two-stage ring, with each stage's tile, head and bitmask index for the consumers; warp 1 copies the
 // matching LSE (log2 domain) and delta rows into shared memory. Warpgroups 1 and 2 consume, 64
 // keys each, with dK and dV in registers over the whole group:
 //   S^T = K Q^T, dP^T = V dO^T            wgmma, both operands in shared memory

@@ -52,8 +52,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.order = upload(s.order, exec, "the tile order");
   u.row_tiles = s.row_tiles;
   u.tile_rows = s.tile_rows;
-  const int64_t tiles = s.full_tiles + s.partial_tiles;
-  u.idle_share = tiles > 0 ? static_cast<float>(double(s.idle_halves) / (2.0 * double(tiles))) : 0.f;
+  u.idle_share = static_cast<float>(idle_share(s));
   return u;
 }
 

@@ -325,6 +325,11 @@ TileSchedule build_adaptive_schedule(const lca_mask& mask, bool by_query, int32_
   return cells_narrow * wide_speedup < cells_wide ? narrow : wide;
 }
 
+double idle_share(const TileSchedule& s) {
+  const int64_t tiles = s.full_tiles + s.partial_tiles;
+  return tiles > 0 ? double(s.idle_halves) / (2.0 * double(tiles)) : 0.0;
+}
+
 namespace {
 
 // When the last of `costs` ends if they start in order on `slots` SMs, each taking the next one
@@ -377,15 +382,17 @@ std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int
     contiguous += tiles[t] > 0 && tiles[t] == hi[t] - lo[t];
   }
   // Causal-like: the ranges end (or start) together and have no gaps (global_sliding's ranges all
-  // start at the global rows but are windows past them), and their lengths differ.
+  // start at the global rows but are windows past them), and their lengths differ. The 90% and
+  // 2x bounds are chosen, not tuned: the builtin masks fall far from them either way (NOTES v13).
   const bool causal_like = seen > 0 && 10 * std::max(at_end, at_start) >= 9 * seen && 10 * contiguous >= 9 * seen &&
                            most > 2 * fewest;
   const bool pair = n >= 2 && (pairing == BwdPairing::kAll || (pairing == BwdPairing::kAuto && causal_like));
   // Paired walks start where the ranges meet: at their common end where at least as many tiles
   // end there as start together (causal), else at the start; the second tile of a pair walks back.
-  const int32_t down = at_end >= at_start ? 1 : 0;
-  const int32_t single_flags = pair ? kWalkHeadsInner | down : 0;
-  constexpr int64_t kBlockOverhead = 4;  // iterations' worth: K and V in, dK and dV out
+  const bool down = at_end >= at_start;
+  const int32_t single_flags = pair ? kWalkHeadsInner | (down ? kWalkDown0 : 0) : 0;
+  // A block's fixed cost (K and V in, dK and dV out) in iterations' worth: an estimate, not timed.
+  constexpr int64_t kBlockOverhead = 4;
   auto cost = [&](const BwdItem& it) {
     int64_t c = kBlockOverhead;
     for (const int32_t t : it.tiles)
@@ -426,6 +433,7 @@ std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int
   for (int32_t split = 0; split <= most_split; ++split) tried.emplace_back(split, makespan(build(split)));
   int64_t best = tried.front().second;
   for (const auto& [split, time] : tried) best = std::min(best, time);
+  // 1.5%: about the run-to-run spread of the measured rates, chosen rather than tuned.
   for (const auto& [split, time] : tried)
     if (double(time) <= 1.015 * double(best)) return build(split);
   return build(0);  // not reached: the best one is within 1.5% of itself

@@ -38,6 +38,10 @@ struct TileSchedule {
   int64_t idle_halves = 0;  // 64-row halves of tiles that see nothing (the idle bits set, summed)
 };
 
+// Of the 64-row halves of the schedule's tiles, the share that sees nothing (0 for no tiles): what
+// the default Hopper forward picks its step width by (forward_sm90.cuh, kIdleShareFor64Keys).
+double idle_share(const TileSchedule& s);
+
 // by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).
 // tile_rows: 64 or 128. The mask must already be validated (slices in bounds, known types).
 TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_rows = kTile);
@@ -70,10 +74,10 @@ enum class BwdPairing { kNone, kAuto, kAll };
 // two or so iterations after their neighbours do, which keeps it in L2 wherever the key tiles'
 // query ranges are alike (full, windows, documents). On causal-like masks (at least 90% of the
 // key tiles' query ranges end together, or start together, and have no gaps, and the longest
-// range is over twice the shortest) unpaired blocks start at different query tiles and a wave's reads spread over all
-// of them; there (kAuto) the i-th longest tile shares a block with the i-th shortest, heads
-// inner, the long one walked from the end where the ranges meet and the short one back: every
-// pair is as long and the blocks of a wave walk two fronts of query tiles in step
+// range is over twice the shortest) unpaired blocks start at different query tiles and a wave's
+// reads spread over all of them; there (kAuto) the i-th longest tile shares a block with the i-th
+// shortest, heads inner, the long one walked from the end where the ranges meet and the short one
+// back: every pair is as long and the blocks of a wave walk two fronts of query tiles in step
 // (docs/kernels/NOTES.md v13). Pairs that would leave a last wave part empty are split back into
 // single tiles, launched after the pairs: of at most a wave's worth (slots / heads_kv pairs), the
 // fewest that bring the simulated dispatch onto `slots` SMs within 1.5% of its best (slots <= 0

@@ -278,7 +278,6 @@ TEST(FlexSchedule, BackwardPairsTheKeyTilesOfCausalMasks) {
   }
   // 64 pairs a kv head on 132 SMs: at most a wave's worth (17) split.
   EXPECT_GE(pairs, 64u - 17u);
-  EXPECT_LE(pairs, 64u);
   // kAll splits none; kNone pairs none: 128 single tiles, longest first, walked up, heads outer.
   const std::vector<BwdItem> all = backward_items(s, 8, 8, 132, BwdPairing::kAll);
   EXPECT_EQ(all.size(), 64u);
@@ -346,7 +345,7 @@ TEST(FlexSchedule, IdleHalvesPickTheSkippingForwardForBlockSparseAndShortWindows
       auto g = p.generate(name, "{}", seqlen, 42);
       ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
       const TileSchedule s = build_schedule(*g.mask, /*by_query=*/true, 128);
-      const double share = double(s.idle_halves) / (2.0 * double(s.full_tiles + s.partial_tiles));
+      const double share = lca_flex_flash::idle_share(s);
       if (std::string(name) == "block_sparse") {
         EXPECT_NEAR(share, 1.0 / 3.0, 0.05) << seqlen;
       } else {

@@ -150,7 +150,7 @@ struct CachedTileCursor {
   const TileRun* runs;
   int32_t run, run_end, tile;
   int32_t end = 0, mask_base = 0;  // the current run's end; its first tile's bitmask minus its begin
-  int32_t idle_bits = 0;           // the current run's TileRun::idle
+  int32_t halves = 0;              // the current run's TileRun::halves
   bool partial = false;            // whether the current run's tiles have bitmasks
 
   __device__ __forceinline__ CachedTileCursor(const TileRun* all, const int32_t* offsets, int32_t row_tile)
@@ -160,8 +160,13 @@ struct CachedTileCursor {
   __device__ __forceinline__ bool valid() const { return run < run_end; }
   // Index of this tile's bitmask, or -1 when the tile is fully visible.
   __device__ __forceinline__ int32_t mask() const { return partial ? mask_base + tile : -1; }
+  // The same for rows 64 h .. 64 h + 63 of the tile (128-row tiles): -1 also where they see every
+  // column of a partial tile.
+  __device__ __forceinline__ int32_t mask(int h) const {
+    return partial && !((halves >> h) & kFullHalf) ? mask_base + tile : -1;
+  }
   // Whether rows 64 h .. 64 h + 63 of this tile see nothing (128-row tiles).
-  __device__ __forceinline__ bool idle(int h) const { return (idle_bits >> h) & 1; }
+  __device__ __forceinline__ bool idle(int h) const { return (halves >> h) & kIdleHalf; }
   __device__ __forceinline__ void next() {
     if (++tile >= end && ++run < run_end) enter();
   }
@@ -175,7 +180,7 @@ struct CachedTileCursor {
     end = r.end;
     partial = r.mask >= 0;
     mask_base = r.mask - r.begin;
-    idle_bits = r.idle;
+    halves = r.halves;
   }
 };
 

@@ -287,18 +287,22 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
             continue;
           }
           const int32_t index = patterns.intern(pattern, R, s.bits);
-          int32_t idle = 0;
+          int32_t halves = 0;
           if (R == 2 * kTile) {
-            for (int h = 0; h < 2; ++h)
-              if (std::all_of(pattern + h * kTile, pattern + (h + 1) * kTile, [](uint64_t w) { return w == 0; }))
-                idle |= 1 << h;
+            for (int h = 0; h < 2; ++h) {
+              const uint64_t* first = pattern + h * kTile;
+              if (std::all_of(first, first + kTile, [](uint64_t w) { return w == 0; })) halves |= kIdleHalf << h;
+              // Every column of every row (a half past the last row or column has zero words).
+              if (std::all_of(first, first + kTile, [](uint64_t w) { return w == ~uint64_t{0}; }))
+                halves |= kFullHalf << h;
+            }
           }
           if (last != nullptr && last->mask >= 0 && last->end == col &&
-              last->mask + (last->end - last->begin) == index && last->idle == idle)
+              last->mask + (last->end - last->begin) == index && last->halves == halves)
             ++last->end;
-          else s.runs.push_back(TileRun{col, col + 1, index, idle});
+          else s.runs.push_back(TileRun{col, col + 1, index, halves});
           ++s.partial_tiles;
-          s.idle_halves += (idle & 1) + (idle >> 1);
+          s.idle_halves += (halves & kIdleHalf) + ((halves >> 1) & kIdleHalf);
         }
       }
       cost[t] += y - x;

@@ -17,14 +17,16 @@ constexpr int kTileCols = kTile;
 // Column tiles [begin, end) of one row tile. mask < 0: every tile is fully visible. Otherwise
 // tile begin + i has its bitmask at bits[(mask + i) * tile_rows .. + tile_rows): word r holds
 // the visibility of row r of the tile, bit c that of column c. Tiles with equal bitmasks share
-// one (runs of any row tile may point at the same bits). idle (128-row tiles only, else 0): bit h
-// set when rows 64 h .. 64 h + 63 of every tile of the run see nothing (a run's tiles all have
-// the same idle bits), so a kernel whose warpgroup owns those 64 rows may skip the tiles.
+// one (runs of any row tile may point at the same bits). halves (partial 128-row tiles only, else
+// 0; a run's tiles all have the same): bit h (kIdleHalf << h) set when rows 64 h .. 64 h + 63 of
+// the tile see nothing, so a kernel whose warpgroup owns those 64 rows may skip the tile; bit
+// 2 + h (kFullHalf << h) when they see every column, so that warpgroup needs no masking there.
 struct TileRun {
   int32_t begin, end;
   int32_t mask;
-  int32_t idle;
+  int32_t halves;
 };
+constexpr int32_t kIdleHalf = 1, kFullHalf = 4;
 
 struct TileSchedule {
   int64_t rows = 0, cols = 0;  // tokens along each axis

@@ -27,6 +27,8 @@ using lca_flex_flash::kWalkDown0;
 using lca_flex_flash::kWalkDown1;
 using lca_flex_flash::kWalkHeadsInner;
 using lca_flex_flash::kTile;
+using lca_flex_flash::kFullHalf;
+using lca_flex_flash::kIdleHalf;
 using lca_flex_flash::schedule_visible;
 using lca_flex_flash::TileSchedule;
 
@@ -84,18 +86,25 @@ void expect_exact(const lca_mask& m, const std::string& label) {
         ASSERT_GE(run.begin, last_end) << "runs overlap or are out of order";
         last_end = run.end;
         (run.mask < 0 ? full : partial) += run.end - run.begin;
-        // Idle bits: exactly the 64-row halves of 128-row tiles that see nothing, the same for
-        // every tile of the run (a warpgroup that owns such a half skips the tile).
-        ASSERT_TRUE(run.idle == 0 || (tile_rows == 128 && run.mask >= 0)) << "idle bits on a full or 64-row tile";
+        // Half bits: exactly the 64-row halves of 128-row tiles that see nothing (idle) or every
+        // column (full), the same for every tile of the run (a warpgroup that owns an idle half
+        // skips the tile, one that owns a full half skips the masking).
+        ASSERT_TRUE(run.halves == 0 || (tile_rows == 128 && run.mask >= 0)) << "half bits on a full or 64-row tile";
         if (tile_rows == 128 && run.mask >= 0) {
-          EXPECT_NE(run.idle, 3) << "a tile that sees nothing is scheduled";
+          EXPECT_NE(run.halves & (3 * kIdleHalf), 3 * kIdleHalf) << "a tile that sees nothing is scheduled";
+          EXPECT_NE(run.halves & (3 * kFullHalf), 3 * kFullHalf) << "a tile that sees everything is partial";
           for (int32_t c = run.begin; c < run.end; ++c)
             for (int h = 0; h < 2; ++h) {
-              bool seen = false;
-              for (int64_t r = int64_t{t} * 128 + 64 * h; r < int64_t{t} * 128 + 64 * (h + 1) && r < s.rows; ++r)
-                for (int64_t x = int64_t{c} * kTile; x < (c + 1) * int64_t{kTile} && x < s.cols; ++x)
-                  seen = seen || (by_query ? truth[r * m.seqlen_k + x] : truth[x * m.seqlen_k + r]);
-              ASSERT_EQ((run.idle >> h) & 1, seen ? 0 : 1) << "row tile " << t << " col tile " << c << " half " << h;
+              bool seen = false, all = true;
+              for (int64_t r = int64_t{t} * 128 + 64 * h; r < int64_t{t} * 128 + 64 * (h + 1); ++r)
+                for (int64_t x = int64_t{c} * kTile; x < (c + 1) * int64_t{kTile}; ++x) {
+                  const bool v = r < s.rows && x < s.cols && (by_query ? truth[r * m.seqlen_k + x] : truth[x * m.seqlen_k + r]);
+                  seen = seen || v;
+                  all = all && v;
+                }
+              const std::string where = "row tile " + std::to_string(t) + " col tile " + std::to_string(c) + " half " + std::to_string(h);
+              ASSERT_EQ((run.halves >> h) & kIdleHalf, seen ? 0 : 1) << where;
+              ASSERT_EQ(((run.halves >> h) & kFullHalf) != 0, all) << where;
               idle_halves += seen ? 0 : 1;
             }
         }

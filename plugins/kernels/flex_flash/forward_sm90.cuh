@@ -34,7 +34,8 @@ struct Sm90Maps {
 };
 
 // Stages: K/V tiles in flight. The overlapped kernel releases tile j - 1's stage only in the
-// middle of step j, so it needs 3 for the load of tile j + 1 to have a step to land.
+// middle of step j, so it needs 3 for the load of tile j + 1 to have a step to land. The 64-key
+// kernel that skips idle tiles (kSkip) takes as many as fit (forward_stages).
 // Keys: keys a step, 64 (one schedule tile) or 128 (two schedule tiles, each loaded by its own
 // TMA boxes into one half of the step's rows, so they need not be adjacent).
 template <class T, int D, int Stages = 2, int Keys = kTile>
@@ -54,6 +55,24 @@ struct Sm90Layout {
   static constexpr int kThreads = 384;
 };
 
+// Whether a variant's consumers skip the tiles where their 64 rows see nothing (TileRun::halves):
+// the 64-key overlapped kernel, not pingpong (whose turns need both consumers on every tile).
+template <bool kOverlap, bool kPingpong, int kKeys>
+constexpr bool forward_skips() {
+  return kOverlap && !kPingpong && kKeys == kTile;
+}
+
+// A variant's stages. The skipping kernel takes as many as 227 KiB hold, up to 8: its consumers
+// are a tile or more apart wherever their rows' tiles differ (block-sparse masks), and a consumer
+// keeps its S beside the P V of its last tile across up to kStages - 2 idle tiles.
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys>
+constexpr int forward_stages() {
+  if (!forward_skips<kOverlap, kPingpong, kKeys>()) return kOverlap ? 3 : 2;
+  using One = Sm90Layout<T, D, 1, kKeys>;
+  const int fit = (227 * 1024 - (One::kBytes - 2 * One::kKVBytes)) / (2 * One::kKVBytes + 24);
+  return fit < 8 ? fit : 8;
+}
+
 // A step's schedule tile that does not exist (the odd last tile of a row tile in a 128-key step):
 // its keys are loaded again from the step's previous tile and masked out entirely.
 constexpr int32_t kAbsentTile = -2;
@@ -61,14 +80,12 @@ constexpr int32_t kAbsentTile = -2;
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile>
 __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Sm90Layout<T, D, kOverlap ? 3 : 2, kKeys>;
+  using L = Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys>(), kKeys>;
   static_assert(kKeys == kTile || (kKeys == 2 * kTile && kOverlap), "128-key steps: overlap kernels only");
   // 128-key steps take S = Q K^T with Q from shared memory (SS): Q's 32 registers would not fit
   // beside S (64), P (32) and O (64) of the wider step.
   constexpr bool kQInSmem = kKeys > kTile;
-  // 64-key overlapped steps (not pingpong, whose turns need both consumers on every tile) skip
-  // the tiles where this consumer's 64 rows see nothing (TileRun::idle).
-  constexpr bool kSkip = kOverlap && !kPingpong && kKeys == kTile;
+  constexpr bool kSkip = forward_skips<kOverlap, kPingpong, kKeys>();
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -214,7 +231,8 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   // (O and the sum share the reference), and O is rescaled only on the rare tiles that move it.
   // The bitmask words of this thread's two rows in a partial tile, read before the tile's S is
   // waited for, so that the global load does not stall the softmax.
-  // A step's schedule tiles, by their bitmask index: -1 fully visible, kAbsentTile none.
+  // A step's schedule tiles, by their bitmask index: -1 fully visible (kSkip: to this consumer's
+  // rows), kAbsentTile none.
   struct StepMasks {
     int32_t m[L::kSubs];
   };
@@ -311,7 +329,11 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 #pragma unroll
     for (int sub = 0; sub < L::kSubs; ++sub) {
       if (sub == 0 || cur.valid()) {
-        m.m[sub] = cur.mask();
+        // The skipping kernel also leaves unmasked the tiles its rows see whole (block-sparse
+        // masks: every tile it computes). The 128-key kernel keeps the tile's mask, as in v14:
+        // with the half's, its window masks measured 2-5% slower in one A/B (NOTES v15), not
+        // traced to a cause.
+        m.m[sub] = kSkip ? cur.mask(c) : cur.mask();
         cur.next();
       } else {
         m.m[sub] = kAbsentTile;
@@ -353,13 +375,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   } else {
     // Software pipelined: S of tile j is issued together with P V of tile j - 1, and the softmax
     // of tile j runs while that P V is on the tensor cores. With kSkip this holds within each
-    // stretch of tiles the consumer computes; the tiles between stretches, idle for its rows, are
-    // not computed. A stretch's last P V is finished before the idle tiles after it are released:
-    // holding its stage while releasing others would let the ring wrap onto it (deadlock). An
+    // stretch of tiles the consumer computes; the tiles idle for its rows are not computed. An
     // idle tile's stage is released once its loads landed, which keeps this consumer within one
-    // ring cycle of the other and no copy in flight when the producer reuses the stage. Without
-    // kSkip the row tile is one stretch. (No wgmma sits under a condition inside a loop: ptxas
-    // would serialize them all, C7518.)
+    // ring cycle of the other and no copy in flight when the producer reuses the stage. A stretch
+    // goes on across up to kStages - 2 idle tiles, released while the stage of the P V still to
+    // issue is held: the next computed tile is then in another stage. Where more idle tiles come,
+    // the stretch's last P V is finished first (holding its stage while releasing more would let
+    // the ring wrap onto it: deadlock). Without kSkip the row tile is one stretch. (No wgmma sits
+    // under a condition inside a loop: ptxas would serialize them all, C7518.)
     auto idle_here = [&] {
       if constexpr (kSkip) return cur.idle(c);
       else return false;
@@ -368,13 +391,16 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       if (c == 1) sm90::named_arrive(1, 256);  // consumer 0 goes first
     }
     Slot x;
+    auto skip_idle = [&] {
+      cur.next();
+      sm90::mbar_wait(full_k(x.stage), x.phase);
+      sm90::mbar_wait(full_v(x.stage), x.phase);
+      sm90::mbar_arrive(empty(x.stage));
+      x = next_slot(x);
+    };
     while (cur.valid()) {
       if (idle_here()) {
-        cur.next();
-        sm90::mbar_wait(full_k(x.stage), x.phase);
-        sm90::mbar_wait(full_v(x.stage), x.phase);
-        sm90::mbar_arrive(empty(x.stage));
-        x = next_slot(x);
+        skip_idle();
         continue;
       }
       // A stretch's first tile: O holds only finished tiles, rescaled with the softmax.
@@ -390,7 +416,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       pack_p();
       Slot prev = x;
       x = next_slot(x);
-      while (cur.valid() && !idle_here()) {
+      // Whether the stretch goes on, past the idle tiles it may hold across (kSkip).
+      auto stretch_goes_on = [&] {
+        if constexpr (kSkip) {
+          for (int held = 0; held < L::kStages - 2 && cur.valid() && idle_here(); ++held) skip_idle();
+        }
+        return cur.valid() && !idle_here();
+      };
+      while (stretch_goes_on()) {
         sm90::mbar_wait(full_k(x.stage), x.phase);
         if constexpr (kPingpong) {
           // Both tiles landed before the turn is taken: a turn is never held waiting for TMA.
@@ -474,7 +507,7 @@ inline ForwardChoice forward_choice() {
 
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
-  using L = Sm90Layout<T, D, kOverlap ? 3 : 2, kKeys>;
+  using L = Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys>(), kKeys>;
   static_assert(L::kBytes <= 227 * 1024, "the forward's shared memory exceeds the H100's 227 KiB a block");
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));

@@ -5,7 +5,7 @@
 #                                                          SKIP_BUILD=1 to reuse build-gpu)
 # The matrix runs the kernels that LCA_FLEX_FORWARD (unset: sm90_k128 or sm90_overlap by the
 # schedule on Hopper; sm90_k128, sm90_k128_pingpong, sm90_overlap, sm90_pingpong, sm90, mma)
-# and LCA_FLEX_BACKWARD (sm90 by default on Hopper, sm90_paired, sm90_unpaired, sm90_atomic, mma)
+# and LCA_FLEX_BACKWARD (sm90 by default on Hopper, sm90_paired, sm90_unpaired, sm90_skip, sm90_noskip, sm90_atomic, mma)
 # name (see plugins/kernels/flex_flash/*_sm90.cuh); the tests run every variant.
 # Logs and results land in $OUT (or ./results).
 set -uo pipefail
@@ -32,7 +32,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   for variant in LCA_FLEX_DEFAULT=1 LCA_FLEX_FORWARD=sm90_k128 LCA_FLEX_FORWARD=sm90_k128_pingpong LCA_FLEX_FORWARD=sm90_overlap \
                  LCA_FLEX_FORWARD=sm90_pingpong LCA_FLEX_FORWARD=sm90 \
                  LCA_FLEX_BACKWARD=mma LCA_FLEX_BACKWARD=sm90_atomic LCA_FLEX_BACKWARD=sm90_paired \
-                 LCA_FLEX_BACKWARD=sm90_unpaired LCA_FLEX_FORWARD=mma; do
+                 LCA_FLEX_BACKWARD=sm90_unpaired LCA_FLEX_BACKWARD=sm90_skip LCA_FLEX_FORWARD=mma; do
     log="$out/test_flex_flash_${variant//=/_}.log"
     env "$variant" build-gpu/tests/gpu/flex_flash/test_flex_flash ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$log" 2>&1
     echo "tests, $variant: $(grep -E "PASSED|FAILED TESTS" "$log" | tr '\n' ' ')"

@@ -89,6 +89,11 @@ __device__ __forceinline__ void fence_proxy_async() {
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// The same without .aligned (barrier.sync): the threads may reach the barrier from different
+// instructions (bar.sync is barrier.sync.aligned, which needs every thread at the same one).
+__device__ __forceinline__ void named_sync_any(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 // Arrives at named barrier `id` without waiting (the other `threads` minus these wait there).
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -364,5 +364,36 @@ TEST(FlexSchedule, IdleHalvesPickTheSkippingForwardForBlockSparseAndShortWindows
   }
 }
 
+// The default Hopper backward takes the kernel whose consumers skip their idle iterations where
+// more than a tenth of the backward schedule's tile halves (64 keys x 64 queries) are idle
+// (backward_sm90.cuh, kIdleShareForSkip): that kernel runs its busy iterations slower, so it must
+// not be picked for the dense masks at the lengths this benchmark is about. Of the builtin patterns
+// at their default parameters it is block_sparse (a third) at every length, and at 1K-2K, where a
+// key tile sees few query tiles and a diagonal among them, the windows, short documents and the
+// shared question (15-25% idle; the trade there is not timed).
+TEST(FlexSchedule, IdleHalvesPickTheSkippingBackwardForBlockSparseAndShortMasks) {
+  auto& p = BuiltinProvider::instance();
+  const std::set<std::pair<std::string, int64_t>> skipping = {
+      {"causal_document", 1024}, {"sliding_window", 1024}, {"sliding_window_causal", 1024},
+      {"sliding_window_causal", 2048}, {"sliding_window_document", 1024}, {"shared_question", 1024},
+      {"shared_question", 2048}, {"prefix_lm_document", 1024}};
+  for (const char* name : {"full", "causal", "full_document", "causal_document", "sliding_window",
+                           "sliding_window_causal", "sliding_window_document", "shared_question", "causal_blockwise",
+                           "prefix_lm_causal", "prefix_lm_document", "global_sliding", "block_causal_document",
+                           "block_sparse"}) {
+    for (int64_t seqlen : {int64_t{1024}, int64_t{2048}, int64_t{4096}, int64_t{16384}}) {
+      auto g = p.generate(name, "{}", seqlen, 42);
+      ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
+      const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
+      const double share = lca_flex_flash::idle_share(s);
+      if (std::string(name) == "block_sparse") {
+        EXPECT_NEAR(share, 1.0 / 3.0, 0.05) << seqlen;
+      } else {
+        EXPECT_EQ(share > 0.1, skipping.count({name, seqlen}) == 1) << name << " " << seqlen << ": " << share;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lca::test

@@ -455,8 +455,8 @@ inline const std::string& backward_variant() {
 // The kernel that skips a consumer's idle iterations runs its busy ones ~7% slower than the
 // kernel without the branch (device calls 1-2 of 2026-11-23's ninth session, full and causal at
 // 16K-32K); it runs where more than this share of the schedule's tile halves are idle
-// (block-sparse masks of 64-token blocks: a third; the builtin windows and causal masks stay
-// under 0.05 at 16K). The threshold is chosen, not timed.
+// (block-sparse masks of 64-token blocks: a third; of the other builtin masks only some at 1K-2K,
+// test_flex_schedule pins which). The threshold is chosen, not timed.
 constexpr float kIdleShareForSkip = 0.1f;
 
 inline bool sm90_backward_available() { return backward_variant() != "mma" && sm90_device(); }

@@ -458,6 +458,13 @@ inline const std::string& backward_variant() {
 // (block-sparse masks of 64-token blocks: a third; of the other builtin masks only some at 1K-2K,
 // test_flex_schedule pins which). The threshold is chosen, not timed.
 constexpr float kIdleShareForSkip = 0.1f;
+// ... and where a block walks at most this many iterations (query tiles x heads of the group, on
+// average). The skip makes an iteration's time depend on the block's mask, so the blocks of a
+// wave drift apart along their walks and stop sharing the query tiles they read in L2 (NOTES
+// v13); the longer the walk, the further. On the H100, block_sparse's backward: 1.15x at 16K
+// (1536 iterations), 1.11x at 32K (3072), 0.79x at 64K (6144) against the kernel without the
+// skip (NOTES v15). The limit lies between the last two; not timed closer.
+constexpr float kSkipWalkLimit = 4096.f;
 
 inline bool sm90_backward_available() { return backward_variant() != "mma" && sm90_device(); }
 
@@ -484,7 +491,8 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   } else {
     maps.dq = make_dq_accum_map(p.dq_accum, D, p.heads_q, p.seqlen_q, kTile);
     const std::string& v = backward_variant();
-    if (v == "sm90_skip" || (v != "sm90_noskip" && p.sched.idle_share > kIdleShareForSkip))
+    const bool skip = p.sched.idle_share > kIdleShareForSkip && p.sched.mean_tiles * p.group <= kSkipWalkLimit;
+    if (v == "sm90_skip" || (v != "sm90_noskip" && skip))
       launch_backward_sm90_variant<T, D, true, true>(p, maps, stream);
     else
       launch_backward_sm90_variant<T, D, true, false>(p, maps, stream);

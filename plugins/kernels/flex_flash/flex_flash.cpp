@@ -25,10 +25,10 @@ using lca::require;
 struct UploadedSchedule {
   DeviceBuffer runs, run_offsets, bits, order, items;
   int32_t row_tiles = 0, tile_rows = 0, item_count = 0;
-  float idle_share = 0.f;
+  float idle_share = 0.f, mean_tiles = 0.f;
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
-                          row_tiles, tile_rows, idle_share, items.as<BwdItem>(), item_count};
+                          row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count};
   }
 };
 
@@ -53,6 +53,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.row_tiles = s.row_tiles;
   u.tile_rows = s.tile_rows;
   u.idle_share = static_cast<float>(idle_share(s));
+  u.mean_tiles = s.row_tiles > 0 ? static_cast<float>(double(s.full_tiles + s.partial_tiles) / s.row_tiles) : 0.f;
   return u;
 }
 

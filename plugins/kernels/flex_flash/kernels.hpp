@@ -27,6 +27,7 @@ struct DeviceSchedule {
   int32_t row_tiles = 0;
   int32_t tile_rows = 0;
   float idle_share = 0.f;  // of the 64-row halves of scheduled tiles, the share that sees nothing
+  float mean_tiles = 0.f;  // scheduled tiles per row tile (backward: query tiles a key tile walks)
   const BwdItem* items = nullptr;  // backward only: the Hopper backward's blocks (backward_items)
   int32_t item_count = 0;
 };

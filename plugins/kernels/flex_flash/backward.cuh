@@ -209,45 +209,76 @@ __global__ void __launch_bounds__(kBwdKeys * 2, 1) backward_kernel(const BwdPara
   }
 }
 
-// delta[h][q] = sum_d dO[q, h, d] * O[q, h, d]: one warp per (query, head).
+// The two passes around the backward's main kernel read or write every query row of every head
+// (at 16K, 64 heads, head_dim 128: O and dO 268 MB each, the fp32 dQ accumulator 537 MB), so on a
+// sparse mask they are a large part of its time. Each moves 16 bytes an access, D / 8 lanes a
+// (query row, head), and divides in 32 bits (plan() keeps seqlen_q x heads_q below 2^31).
+// (Until v16: one element a thread, three 64-bit divisions each, and a separate memset; the
+// three took ~2.5 ms at 16K against a 5.1 ms sliding_window main kernel. NOTES v16.)
+template <int D>
+struct RowLanes {
+  static constexpr int kLanes = D / 8;             // 8 elements (16 bytes of T) a lane
+  static constexpr int kRowsPerBlock = 256 / kLanes;
+  // The (query row x heads_q + head) of this lane's group, and the lane's 8 columns.
+  static __device__ __forceinline__ uint32_t pair() { return blockIdx.x * kRowsPerBlock + threadIdx.x / kLanes; }
+  static __device__ __forceinline__ int col() { return 8 * (threadIdx.x % kLanes); }
+  static unsigned blocks(int64_t pairs) { return static_cast<unsigned>((pairs + kRowsPerBlock - 1) / kRowsPerBlock); }
+};
+
+// delta[h][q] = sum_d dO[q, h, d] * O[q, h, d], and the row's fp32 dQ accumulator set to zero
+// (the main kernels add into it).
 template <class T, int D>
-__global__ void delta_kernel(const BwdParams p) {
-  const int64_t item = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (item >= p.seqlen_q * p.heads_q) return;
-  const int64_t row = item / p.heads_q;
-  const int h = static_cast<int>(item % p.heads_q);
-  const T* o = static_cast<const T*>(p.o) + row * p.o_tok + h * p.o_head;
-  const T* d_o = static_cast<const T*>(p.d_o) + row * p.do_tok + h * p.do_head;
+__global__ void __launch_bounds__(256) prepare_kernel(const BwdParams p) {
+  using R = RowLanes<D>;
+  const uint32_t pairs = static_cast<uint32_t>(p.seqlen_q) * static_cast<uint32_t>(p.heads_q);
+  const uint32_t pair = R::pair();
+  if (pair >= pairs) return;  // whole groups: a group's lanes share the pair
+  const uint32_t row = pair / static_cast<uint32_t>(p.heads_q), h = pair - row * static_cast<uint32_t>(p.heads_q);
+  const int col = R::col();
+  const uint4 o = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.o) + row * p.o_tok + h * p.o_head + col);
+  const uint4 d_o =
+      *reinterpret_cast<const uint4*>(static_cast<const T*>(p.d_o) + row * p.do_tok + h * p.do_head + col);
+  float4* acc = reinterpret_cast<float4*>(p.dq_accum + int64_t{pair} * D + col);
+  acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const uint32_t ow[4] = {o.x, o.y, o.z, o.w}, dw[4] = {d_o.x, d_o.y, d_o.z, d_o.w};
   float sum = 0.f;
 #pragma unroll
-  for (int d = lane; d < D; d += 32) sum += Mma<T>::to_float(o[d]) * Mma<T>::to_float(d_o[d]);
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = Mma<T>::unpack(ow[i]), b = Mma<T>::unpack(dw[i]);
+    sum += a.x * b.x + a.y * b.y;
+  }
+  // The group's kLanes lanes are adjacent and aligned within the warp.
+  const int lane = threadIdx.x & 31;
+  const uint32_t group = (R::kLanes == 32 ? 0xffffffffu : ((1u << R::kLanes) - 1u)) << (lane & ~(R::kLanes - 1));
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) p.delta[h * p.seqlen_q + row] = sum;
+  for (int off = R::kLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(group, sum, off);
+  if (col == 0) p.delta[int64_t{h} * p.seqlen_q + row] = sum;
 }
 
 // dQ = scale * accumulator, in the output dtype.
 template <class T, int D>
-__global__ void dq_kernel(const BwdParams p) {
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= p.seqlen_q * p.heads_q * D) return;
-  const int64_t row = i / (int64_t{p.heads_q} * D);
-  const int h = static_cast<int>((i / D) % p.heads_q), d = static_cast<int>(i % D);
-  static_cast<T*>(p.dq)[row * p.dq_tok + h * p.dq_head + d] = Mma<T>::from_float(p.dq_accum[i] * p.scale);
+__global__ void __launch_bounds__(256) dq_kernel(const BwdParams p) {
+  using R = RowLanes<D>;
+  const uint32_t pair = R::pair();
+  if (pair >= static_cast<uint32_t>(p.seqlen_q) * static_cast<uint32_t>(p.heads_q)) return;
+  const uint32_t row = pair / static_cast<uint32_t>(p.heads_q), h = pair - row * static_cast<uint32_t>(p.heads_q);
+  const int col = R::col();
+  const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + int64_t{pair} * D + col);
+  const float4 a = acc[0], b = acc[1];
+  const uint4 out = make_uint4(Mma<T>::pack(a.x * p.scale, a.y * p.scale), Mma<T>::pack(a.z * p.scale, a.w * p.scale),
+                               Mma<T>::pack(b.x * p.scale, b.y * p.scale), Mma<T>::pack(b.z * p.scale, b.w * p.scale));
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row * p.dq_tok + h * p.dq_head + col) = out;
 }
 
 template <class T, int D>
 void run_backward(const BwdParams& p, cudaStream_t stream) {
-  const int64_t elems = p.seqlen_q * p.heads_q * D;
-  LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(elems) * sizeof(float), stream));
-  const int64_t delta_blocks = (p.seqlen_q * p.heads_q * 32 + 255) / 256;
-  delta_kernel<T, D><<<static_cast<unsigned>(delta_blocks), 256, 0, stream>>>(p);
-  LCA_FLEX_CHECK_LAUNCH("flex_flash delta_kernel");
+  const unsigned row_blocks = RowLanes<D>::blocks(p.seqlen_q * p.heads_q);
+  prepare_kernel<T, D><<<row_blocks, 256, 0, stream>>>(p);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash prepare_kernel");
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
   if (p.sched.tile_rows == Sm90BwdLayout<T, D>::kKeys && sm90_backward_available()) {
     launch_backward_sm90<T, D>(p, stream);
-    dq_kernel<T, D><<<static_cast<unsigned>((elems + 255) / 256), 256, 0, stream>>>(p);
+    dq_kernel<T, D><<<row_blocks, 256, 0, stream>>>(p);
     LCA_FLEX_CHECK_LAUNCH("flex_flash dq_kernel");
     return;
   }
@@ -265,7 +296,7 @@ void run_backward(const BwdParams& p, cudaStream_t stream) {
     backward_kernel<T, D, 128><<<grid, 256, smem, stream>>>(p);
   }
   LCA_FLEX_CHECK_LAUNCH("flex_flash backward_kernel");
-  dq_kernel<T, D><<<static_cast<unsigned>((elems + 255) / 256), 256, 0, stream>>>(p);
+  dq_kernel<T, D><<<row_blocks, 256, 0, stream>>>(p);
   LCA_FLEX_CHECK_LAUNCH("flex_flash dq_kernel");
 }
 

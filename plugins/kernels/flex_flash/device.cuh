@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace lca_flex_flash::dev {
 
@@ -32,6 +33,12 @@ struct Mma<__nv_bfloat16> {
   }
   static __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
   static __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
+  // Two packed values (low half first) as floats.
+  static __device__ __forceinline__ float2 unpack(uint32_t w) {
+    __nv_bfloat162 v;
+    memcpy(&v, &w, sizeof(w));
+    return __bfloat1622float2(v);
+  }
 };
 
 template <>
@@ -49,6 +56,11 @@ struct Mma<__half> {
   }
   static __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
   static __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ float2 unpack(uint32_t w) {
+    __half2 v;
+    memcpy(&v, &w, sizeof(w));
+    return __half22float2(v);
+  }
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kBwdKeys * 2, 1) backward_kernel(const BwdPara
 // sparse mask they are a large part of its time. Each moves 16 bytes an access, D / 8 lanes a
 // (query row, head), and divides in 32 bits (plan() keeps seqlen_q x heads_q below 2^31).
 // (Until v16: one element a thread, three 64-bit divisions each, and a separate memset; the
-// three took ~2.5 ms at 16K against a 5.1 ms sliding_window main kernel. NOTES v16.)
+// three took ~1.1 ms at 16K beside a 5.1 ms sliding_window main kernel. NOTES v16.)
 template <int D>
 struct RowLanes {
   static constexpr int kLanes = D / 8;             // 8 elements (16 bytes of T) a lane
@@ -222,6 +222,10 @@ struct RowLanes {
   // The (query row x heads_q + head) of this lane's group, and the lane's 8 columns.
   static __device__ __forceinline__ uint32_t pair() { return blockIdx.x * kRowsPerBlock + threadIdx.x / kLanes; }
   static __device__ __forceinline__ int col() { return 8 * (threadIdx.x % kLanes); }
+  static __device__ __forceinline__ void row_head(uint32_t pair, int heads, uint32_t& row, uint32_t& head) {
+    row = pair / static_cast<uint32_t>(heads);
+    head = pair - row * static_cast<uint32_t>(heads);
+  }
   static unsigned blocks(int64_t pairs) { return static_cast<unsigned>((pairs + kRowsPerBlock - 1) / kRowsPerBlock); }
 };
 
@@ -233,7 +237,8 @@ __global__ void __launch_bounds__(256) prepare_kernel(const BwdParams p) {
   const uint32_t pairs = static_cast<uint32_t>(p.seqlen_q) * static_cast<uint32_t>(p.heads_q);
   const uint32_t pair = R::pair();
   if (pair >= pairs) return;  // whole groups: a group's lanes share the pair
-  const uint32_t row = pair / static_cast<uint32_t>(p.heads_q), h = pair - row * static_cast<uint32_t>(p.heads_q);
+  uint32_t row, h;
+  R::row_head(pair, p.heads_q, row, h);
   const int col = R::col();
   const uint4 o = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.o) + row * p.o_tok + h * p.o_head + col);
   const uint4 d_o =
@@ -261,7 +266,8 @@ __global__ void __launch_bounds__(256) dq_kernel(const BwdParams p) {
   using R = RowLanes<D>;
   const uint32_t pair = R::pair();
   if (pair >= static_cast<uint32_t>(p.seqlen_q) * static_cast<uint32_t>(p.heads_q)) return;
-  const uint32_t row = pair / static_cast<uint32_t>(p.heads_q), h = pair - row * static_cast<uint32_t>(p.heads_q);
+  uint32_t row, h;
+  R::row_head(pair, p.heads_q, row, h);
   const int col = R::col();
   const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + int64_t{pair} * D + col);
   const float4 a = acc[0], b = acc[1];

@@ -63,8 +63,8 @@ struct Sm90BwdLayout {
   static constexpr int kDqChunkBytes = kTile * 128;
   static constexpr int kDqBytes = kTmaDq ? kTile * D * 4 : 0;
   // Each stage's query tile, query head (in the group), bitmask index (-1: full) and half bits
-  // (TileRun::halves), written by the thread that loads Q and dO: the consumers hold no walk of
-  // their own.
+  // (TileRun::halves; the skip kernel only), written by the thread that loads Q and dO: the
+  // consumers hold no walk of their own.
   static constexpr int kInfoOffset = kDqOffset + kDqBytes;
   static constexpr int kBarOffset = kInfoOffset + kStages * 16;
   static constexpr int kBars = 1 + 2 * kStages + 3;  // kv, full[S], empty[S], dq full / empty, kv empty
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(384, 1)
           info(b)[0] = qw.tile;
           info(b)[1] = qw.head;
           info(b)[2] = qw.mask(p.sched.runs);
-          info(b)[3] = p.sched.runs[qw.run].halves;
+          if constexpr (kSkipIdle) info(b)[3] = p.sched.runs[qw.run].halves;  // read by the skip only
           sm90::mbar_arrive_expect_tx(full(b), 2 * L::kQBytes);  // releases the info too
 #pragma unroll
           for (int half = 0; half < L::kHalves; ++half) {
@@ -452,19 +452,6 @@ inline const std::string& backward_variant() {
       variant_env("LCA_FLEX_BACKWARD", "mma sm90 sm90_atomic sm90_unpaired sm90_paired sm90_skip sm90_noskip");
   return v;
 }
-// The kernel that skips a consumer's idle iterations runs its busy ones ~7% slower than the
-// kernel without the branch (device calls 1-2 of 2026-11-23's ninth session, full and causal at
-// 16K-32K); it runs where more than this share of the schedule's tile halves are idle
-// (block-sparse masks of 64-token blocks: a third; of the other builtin masks only some at 1K-2K,
-// test_flex_schedule pins which). The threshold is chosen, not timed.
-constexpr float kIdleShareForSkip = 0.1f;
-// ... and where a block walks at most this many iterations (query tiles x heads of the group, on
-// average). The skip makes an iteration's time depend on the block's mask, so the blocks of a
-// wave drift apart along their walks and stop sharing the query tiles they read in L2 (NOTES
-// v13); the longer the walk, the further. On the H100, block_sparse's backward: 1.15x at 16K
-// (1536 iterations), 1.11x at 32K (3072), 0.79x at 64K (6144) against the kernel without the
-// skip (NOTES v15). The limit lies between the last two; not timed closer.
-constexpr float kSkipWalkLimit = 4096.f;
 
 inline bool sm90_backward_available() { return backward_variant() != "mma" && sm90_device(); }
 

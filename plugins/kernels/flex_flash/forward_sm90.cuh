@@ -62,16 +62,24 @@ constexpr bool forward_skips() {
   return kOverlap && !kPingpong && kKeys == kTile;
 }
 
-// A variant's stages. The skipping kernel takes as many as 227 KiB hold, up to 8: its consumers
-// are a tile or more apart wherever their rows' tiles differ (block-sparse masks), and a consumer
-// keeps its S beside the P V of its last tile across up to kStages - 2 idle tiles.
+// The shared memory a block may take on the H100.
+constexpr int kSm90SmemBytes = 227 * 1024;
+
+// A variant's stages. The skipping kernel takes as many as kSm90SmemBytes hold, up to 8: its
+// consumers are a tile or more apart wherever their rows' tiles differ (block-sparse masks), and a
+// consumer keeps its S beside the P V of its last tile across up to kStages - 2 idle tiles.
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys>
 constexpr int forward_stages() {
   if (!forward_skips<kOverlap, kPingpong, kKeys>()) return kOverlap ? 3 : 2;
   using One = Sm90Layout<T, D, 1, kKeys>;
-  const int fit = (227 * 1024 - (One::kBytes - 2 * One::kKVBytes)) / (2 * One::kKVBytes + 24);
+  constexpr int per_stage = Sm90Layout<T, D, 2, kKeys>::kBytes - One::kBytes;  // K, V and their barriers
+  const int fit = (kSm90SmemBytes - (One::kBytes - per_stage)) / per_stage;
   return fit < 8 ? fit : 8;
 }
+
+// A variant's layout, with its stages.
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys>
+using Sm90VariantLayout = Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys>(), kKeys>;
 
 // A step's schedule tile that does not exist (the odd last tile of a row tile in a 128-key step):
 // its keys are loaded again from the step's previous tile and masked out entirely.
@@ -80,7 +88,7 @@ constexpr int32_t kAbsentTile = -2;
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile>
 __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys>(), kKeys>;
+  using L = Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys>;
   static_assert(kKeys == kTile || (kKeys == 2 * kTile && kOverlap), "128-key steps: overlap kernels only");
   // 128-key steps take S = Q K^T with Q from shared memory (SS): Q's 32 registers would not fit
   // beside S (64), P (32) and O (64) of the wider step.
@@ -507,21 +515,14 @@ inline ForwardChoice forward_choice() {
 
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
-  using L = Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys>(), kKeys>;
-  static_assert(L::kBytes <= 227 * 1024, "the forward's shared memory exceeds the H100's 227 KiB a block");
+  using L = Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys>;
+  static_assert(L::kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
   forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
 }
-
-// The default's choice: 128-key steps run a computed cell ~6% faster than 64-key steps (v11's
-// A/B), but only the 64-key kernel skips the tiles that one consumer's 64 rows do not see. Where
-// more than this share of the schedule's tile halves are idle (block-sparse masks of 64-token
-// blocks: a third), the 64-key kernel is predicted faster. Measured at a third (v12, block_sparse
-// 1.16-1.19x with 64 keys); the threshold itself is the prediction from v11's 6%, not timed.
-constexpr float kIdleShareFor64Keys = 0.1f;
 
 template <class T, int D>
 void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {

@@ -87,6 +87,30 @@ double wide_tile_speedup(bool forward);
 // GPU, as in the tests).
 BwdPairing backward_pairing();
 
+// The launchers' thresholds, here rather than in the .cuh files so that the host tests check the
+// builtin masks against the same numbers (test_flex_schedule).
+// The default Hopper forward's choice (forward_sm90.cuh): 128-key steps run a computed cell ~6%
+// faster than 64-key steps (v11's A/B), but only the 64-key kernel skips the tiles that one
+// consumer's 64 rows do not see. Where more than this share of the schedule's tile halves are idle
+// (block-sparse masks of 64-token blocks: a third), the 64-key kernel is predicted faster.
+// Measured at a third (v12, block_sparse 1.16-1.19x with 64 keys); the threshold itself is the
+// prediction from v11's 6%, not timed.
+constexpr float kIdleShareFor64Keys = 0.1f;
+// The default Hopper backward's choice (backward_sm90.cuh): the kernel that skips a consumer's
+// idle iterations runs its busy ones ~7% slower than the kernel without the branch (device calls
+// 1-2 of 2026-11-23's ninth session, full and causal at 16K-32K); it runs where more than this
+// share of the schedule's tile halves are idle (block-sparse masks of 64-token blocks: a third; of
+// the other builtin masks only some at 1K-2K, test_flex_schedule pins which). The threshold is
+// chosen, not timed.
+constexpr float kIdleShareForSkip = 0.1f;
+// ... and where a block walks at most this many iterations (query tiles x heads of the group, on
+// average). The skip makes an iteration's time depend on the block's mask, so the blocks of a
+// wave drift apart along their walks and stop sharing the query tiles they read in L2 (NOTES
+// v13); the longer the walk, the further. On the H100, block_sparse's backward: 1.15x at 16K
+// (1536 iterations), 1.11x at 32K (3072), 0.79x at 64K (6144) against the kernel without the
+// skip (NOTES v15). The limit lies between the last two; not timed closer.
+constexpr float kSkipWalkLimit = 4096.f;
+
 // dtype: lca_dtype (bf16 or f16); head_dim 64 or 128. Launch errors throw lca::Error.
 void launch_forward(int32_t dtype, int32_t head_dim, const FwdParams& p, void* stream);
 void launch_backward(int32_t dtype, int32_t head_dim, const BwdParams& p, void* stream);

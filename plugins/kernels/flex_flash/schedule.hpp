@@ -41,7 +41,7 @@ struct TileSchedule {
 };
 
 // Of the 64-row halves of the schedule's tiles, the share that sees nothing (0 for no tiles): what
-// the default Hopper forward picks its step width by (forward_sm90.cuh, kIdleShareFor64Keys).
+// the default Hopper forward picks its step width by (kernels.hpp, kIdleShareFor64Keys).
 double idle_share(const TileSchedule& s);
 
 // by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).

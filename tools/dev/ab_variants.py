@@ -6,7 +6,7 @@ times flex_flash beside cudnn_sdpa on the same inputs, the variants take turns f
 throughput over cudnn_sdpa's in its own run (where cudnn_sdpa runs the cell), else by flex_flash's
 throughput against the first variant's. Usage:
   tools/dev/ab_variants.py --lcahost build-gpu/bin/lcahost --plugins build-gpu/plugins \\
-      --matrix FILE.json --out DIR [--rounds 2] [--no-check] VAR=VALUE [VAR=VALUE ...]
+      --matrix FILE.json --out DIR [--rounds 2] [--no-check] [--kernels flex_flash] VAR=VALUE [VAR=VALUE ...]
 A variant plugins=DIR runs the plugins built in DIR (two trees side by side) with the environment
 as it is.
 Prints one line per cell and variant, then `best: VAR=VALUE` (the highest geometric mean)."""
@@ -27,7 +27,7 @@ def run(args, variant, rnd):
     out = os.path.join(args.out, f"ab-{tag}-r{rnd}.jsonl")
     if os.path.exists(out):
         os.remove(out)
-    cmd = [args.lcahost, "--plugins", plugins, "--matrix", args.matrix, "--kernels", "flex_flash,cudnn_sdpa",
+    cmd = [args.lcahost, "--plugins", plugins, "--matrix", args.matrix, "--kernels", args.kernels,
            "--out", out, "-q"] + (["--no-check"] if args.no_check else [])
     env = dict(os.environ) if name == "plugins" else dict(os.environ, **{name: value})
     res = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -50,6 +50,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--kernels", default="flex_flash,cudnn_sdpa",
+                    help="the run's kernels (flex_flash alone: scored against the first variant)")
     ap.add_argument("variants", nargs="+")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

@@ -116,7 +116,7 @@ struct Call {
   const lca_kernel_vtable& vt;
   std::string config;
   lca_status run(const lca_problem& pr, const lca_mask& mask, const lca_exec& exec, lca_fwd_args fwd,
-                 const lca_bwd_args* bwd, std::string* error, bool sync_stream) {
+                 const lca_bwd_args* bwd, std::string* error, bool sync_stream, int backward_calls = 1) {
     lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, config.c_str(),
                        nullptr, nullptr};
     lca_kernel* kernel = nullptr;
@@ -124,7 +124,13 @@ struct Call {
     lca_plan* plan = nullptr;
     if (st == LCA_OK) st = vt.plan(kernel, &pr, &mask, &exec, &plan);
     if (st == LCA_OK) st = vt.forward(kernel, plan, &fwd, &exec);
-    if (st == LCA_OK && bwd != nullptr) st = vt.backward(kernel, plan, bwd, &exec);
+    for (int i = 0; i < backward_calls && st == LCA_OK && bwd != nullptr; ++i) {
+      if (i > 0)
+        for (const lca_tensor* t : {&bwd->dq, &bwd->dk, &bwd->dv})
+          cudaMemsetAsync(t->data, 0xFF, size_t(t->shape[0]) * t->stride[0] * dtype_size(t->dtype),
+                          static_cast<cudaStream_t>(exec.stream));
+      st = vt.backward(kernel, plan, bwd, &exec);
+    }
     if (st != LCA_OK) *error = vt.last_error();
     if (sync_stream) cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream));
     if (plan != nullptr) vt.destroy_plan(kernel, plan, &exec);
@@ -164,7 +170,7 @@ Results run_cpu_reference(const Problem& p, const Inputs& in, bool backward) {
 }
 
 Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in, bool backward,
-                 core::gpu::DeviceAllocator& alloc, void* stream) {
+                 core::gpu::DeviceAllocator& alloc, void* stream, int backward_calls) {
   Results r;
   const size_t es = dtype_size(p.dtype);
   const size_t nq = in.q.size(), nk = in.k.size();
@@ -205,7 +211,7 @@ Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in,
   const lca_mask mask = mask_of(p);
   lca_exec exec{sizeof(lca_exec), stream, alloc.abi(), 0};
   Call call{plugin.kernel(), "{}"};
-  r.status = call.run(pr, mask, exec, fwd, backward ? &bwd : nullptr, &r.error, true);
+  r.status = call.run(pr, mask, exec, fwd, backward ? &bwd : nullptr, &r.error, true, backward_calls);
   if (r.status == LCA_OK) {
     r.o = download(o, nq, t);
     r.lse = download(lse, nl, LCA_DTYPE_F32);

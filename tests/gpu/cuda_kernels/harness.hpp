@@ -55,9 +55,11 @@ struct Results {
 // cpu_reference with fp64 accumulation on the fp32 values of the rounded inputs.
 Results run_cpu_reference(const Problem& p, const Inputs& in, bool backward);
 
-// A CUDA kernel plugin on device 0, inputs in the problem's dtype, through `alloc`.
+// A CUDA kernel plugin on device 0, inputs in the problem's dtype, through `alloc`. The backward
+// runs backward_calls times on one plan, the gradients poisoned before each call after the first:
+// the results are the last call's (a plan that keeps state between calls must leave it right).
 Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in, bool backward,
-                 core::gpu::DeviceAllocator& alloc, void* stream);
+                 core::gpu::DeviceAllocator& alloc, void* stream, int backward_calls = 1);
 
 // ||a - b|| / ||b|| (||a - b|| when b is all zeros); NaN anywhere gives +inf.
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b);

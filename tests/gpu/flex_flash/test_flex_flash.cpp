@@ -1,7 +1,8 @@
 // flex_flash against cpu_reference (fp64 accumulation on the same rounded inputs): hand-built
 // masks of every slice type (rows that see nothing, rows shared by several slices, empty slices,
 // q != k lengths) and the 14 builtin patterns, forward and backward, odd lengths, GQA 1/2/3/4/8,
-// head dims 64/128, bf16 and f16; refusals of what the manifest does not declare.
+// head dims 64/128, bf16 and f16, the backward run twice on one plan; refusals of what the
+// manifest does not declare.
 #include "builtin_fixture.hpp"
 #include "harness.hpp"
 
@@ -31,7 +32,9 @@ void expect_matches_reference(const Problem& p) {
   core::gpu::DeviceAllocator alloc(0);
   core::gpu::Stream stream;
   PluginHandle plugin("flex_flash");
-  const Results got = run_cuda(plugin, p, in, true, alloc, stream.handle());
+  // Two backward calls on one plan, the second one's gradients checked: the plan keeps its fp32
+  // dQ accumulator and delta between calls, and a call must not see the previous one's sums.
+  const Results got = run_cuda(plugin, p, in, true, alloc, stream.handle(), /*backward_calls=*/2);
   ASSERT_EQ(got.status, LCA_OK) << got.error;
   const Tolerance tol = tolerance(p.dtype);
   const double e_o = rel_l2(got.o, ref.o), e_lse = lse_max_abs(got.lse, ref.lse);

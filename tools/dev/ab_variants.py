@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """A/B of flex_flash kernel variants on one GPU. A variant is read once per process (the
 LCA_FLEX_* environment variables), so two variants cannot share an lcahost run; instead each run
-times flex_flash beside cudnn_sdpa on the same inputs, the variants take turns for --rounds rounds
-(drift of the machine falls on all of them alike), and a variant is scored by flex_flash's
-throughput over cudnn_sdpa's in its own run (where cudnn_sdpa runs the cell), else by flex_flash's
-throughput against the first variant's. Usage:
+times flex_flash beside cudnn_sdpa on the same inputs (--kernels flex_flash: alone), the
+variants take turns for --rounds rounds (drift of the machine falls on all of them alike), and a
+variant is scored by flex_flash's throughput over cudnn_sdpa's in its own run (where cudnn_sdpa
+runs the cell), else by flex_flash's throughput against the first variant's. Usage:
   tools/dev/ab_variants.py --lcahost build-gpu/bin/lcahost --plugins build-gpu/plugins \\
       --matrix FILE.json --out DIR [--rounds 2] [--no-check] [--kernels flex_flash] VAR=VALUE [VAR=VALUE ...]
 A variant plugins=DIR runs the plugins built in DIR (two trees side by side) with the environment

@@ -111,7 +111,18 @@ lca_status host_alloc(void*, size_t bytes, void** out) {
 }
 void host_free(void*, void* ptr) { std::free(ptr); }
 
-// Runs create -> plan -> forward [-> backward] -> destroy on tensors the caller laid out.
+// dQ, dK and dV set to NaN bytes, so that a backward call that leaves any of them unwritten fails.
+cudaError_t poison_gradients(const lca_bwd_args& bwd, void* stream) {
+  for (const lca_tensor* t : {&bwd.dq, &bwd.dk, &bwd.dv}) {
+    const size_t bytes = size_t(t->shape[0]) * t->stride[0] * dtype_size(t->dtype);
+    if (const cudaError_t e = cudaMemsetAsync(t->data, 0xFF, bytes, static_cast<cudaStream_t>(stream)); e != cudaSuccess)
+      return e;
+  }
+  return cudaSuccess;
+}
+
+// Runs create -> plan -> forward [-> backward x backward_calls, the gradients poisoned between
+// calls] -> destroy on tensors the caller laid out.
 struct Call {
   const lca_kernel_vtable& vt;
   std::string config;
@@ -124,14 +135,18 @@ struct Call {
     lca_plan* plan = nullptr;
     if (st == LCA_OK) st = vt.plan(kernel, &pr, &mask, &exec, &plan);
     if (st == LCA_OK) st = vt.forward(kernel, plan, &fwd, &exec);
+    std::string harness_error;
     for (int i = 0; i < backward_calls && st == LCA_OK && bwd != nullptr; ++i) {
-      if (i > 0)
-        for (const lca_tensor* t : {&bwd->dq, &bwd->dk, &bwd->dv})
-          cudaMemsetAsync(t->data, 0xFF, size_t(t->shape[0]) * t->stride[0] * dtype_size(t->dtype),
-                          static_cast<cudaStream_t>(exec.stream));
+      if (i > 0) {
+        if (const cudaError_t e = poison_gradients(*bwd, exec.stream); e != cudaSuccess) {
+          st = LCA_ERR_DEVICE;
+          harness_error = std::string("test harness: poisoning dQ/dK/dV between backward calls: ") + cudaGetErrorString(e);
+          break;
+        }
+      }
       st = vt.backward(kernel, plan, bwd, &exec);
     }
-    if (st != LCA_OK) *error = vt.last_error();
+    if (st != LCA_OK) *error = harness_error.empty() ? vt.last_error() : harness_error;
     if (sync_stream) cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream));
     if (plan != nullptr) vt.destroy_plan(kernel, plan, &exec);
     if (kernel != nullptr) vt.destroy(kernel);

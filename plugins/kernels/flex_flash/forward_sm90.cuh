@@ -31,6 +31,8 @@ namespace lca_flex_flash::dev {
 // The three TMA descriptors of one launch (passed by value as a __grid_constant__ parameter).
 struct Sm90Maps {
   CUtensorMap q, k, v;
+  CUtensorMap o;  // boxes of 64 rows (one consumer's); made where o_tma
+  bool o_tma;     // O's pointer and strides allow TMA (16-byte multiples): O leaves through it
 };
 
 // Stages: K/V tiles in flight. The overlapped kernel releases tile j - 1's stage only in the
@@ -467,7 +469,10 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     }
   }
 
-  // Finish: row sums across the 4 threads of a row, normalise, write O and LSE.
+  // Finish: row sums across the 4 threads of a row, normalise, write O and LSE. O goes through
+  // this consumer's 64 rows of the Q tile, which no one reads once its last S is done (each
+  // consumer reads only its own rows of Q), and leaves by one TMA store a 64-column half: a
+  // thread's 4-byte pieces, stored directly, cost ~2 us a tile in partial-sector writes (NOTES v17).
   T* o_base = static_cast<T*>(p.o) + h * p.o_head;
   const int64_t q0 = int64_t{q_tile} * L::kRows;
 #pragma unroll
@@ -476,14 +481,37 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    const int64_t row = q0 + row0 + g + 8 * r;
-    if (row >= p.seqlen_q) continue;
-    T* dst = o_base + row * p.o_tok + 2 * t4;
+    const int row_in_tile = row0 + g + 8 * r;
+    const int64_t row = q0 + row_in_tile;
+    if (maps.o_tma) {
+      // The 128-byte swizzle of the TMA box: 16-byte unit n & 7 of a row lands at (n & 7) ^ (row & 7).
+      const uint32_t dst = sq + row_in_tile * 128 + 4 * t4;
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<uint32_t*>(dst + n * 8) = M::pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+      for (int n = 0; n < D / 8; ++n)
+        sm90::st_shared_u32(dst + (n >> 3) * (L::kRows * 128) + (((n & 7) ^ (row_in_tile & 7)) << 4),
+                            M::pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv));
+    }
+    if (row >= p.seqlen_q) continue;
+    if (!maps.o_tma) {
+      T* dst = o_base + row * p.o_tok + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<uint32_t*>(dst + n * 8) = M::pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+    }
     if (t4 == 0)
       p.lse[h * p.lse_head + row * p.lse_tok] = sum > 0.f ? (row_max[r] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+  }
+  if (maps.o_tma) {
+    sm90::fence_proxy_async();       // the shared writes, seen by the TMA unit
+    sm90::named_sync(3 + c, 128);    // this consumer's four warps (1 and 2 are pingpong's turns)
+    if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+      for (int half = 0; half < L::kHalves; ++half)
+        sm90::tma_store_3d(&maps.o, sq + half * (L::kRows * 128) + c * (64 * 128), 64 * half, h,
+                           static_cast<int32_t>(q0) + 64 * c);
+      sm90::bulk_commit();
+      sm90::bulk_wait_read<0>();  // the block's shared memory stays until the TMA unit has read it
+    }
   }
 #else
   __trap();  // launched only where the device code was built for sm_90a (see sm90_available)
@@ -532,6 +560,9 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, L::kRows, "q");
   maps.k = make_thd_map<T>(p.k, D, heads_kv, p.seqlen_k, p.k_head, p.k_tok, kTile, "k");
   maps.v = make_thd_map<T>(p.v, D, heads_kv, p.seqlen_k, p.v_head, p.v_tok, kTile, "v");
+  maps.o_tma = reinterpret_cast<uintptr_t>(p.o) % 16 == 0 && (p.o_head * sizeof(T)) % 16 == 0 &&
+               (p.o_tok * sizeof(T)) % 16 == 0;
+  if (maps.o_tma) maps.o = make_thd_map<T>(p.o, D, p.heads_q, p.seqlen_q, p.o_head, p.o_tok, 64, "o");
   switch (forward_choice()) {
     case ForwardChoice::sm90_pingpong: return launch_forward_sm90_variant<T, D, true, true>(p, maps, stream);
     case ForwardChoice::sm90: return launch_forward_sm90_variant<T, D, false, false>(p, maps, stream);

@@ -167,6 +167,13 @@ struct CachedTileCursor {
       : runs(all), run(offsets[row_tile]), run_end(offsets[row_tile + 1]), tile(0) {
     if (run < run_end) enter();
   }
+  // The same walk from runs [run, run_end) of a row tile, the first of them given (read by
+  // another thread: the persistent forward's producer passes it through shared memory).
+  __device__ __forceinline__ CachedTileCursor(const TileRun* all, int32_t first_run, int32_t end_run,
+                                              const TileRun& first)
+      : runs(all), run(first_run), run_end(end_run), tile(0) {
+    if (run < run_end) enter(first);
+  }
   __device__ __forceinline__ bool valid() const { return run < run_end; }
   // Index of this tile's bitmask, or -1 when the tile is fully visible.
   __device__ __forceinline__ int32_t mask() const { return partial ? mask_base + tile : -1; }
@@ -184,8 +191,8 @@ struct CachedTileCursor {
  private:
   // The run's fields are read once, when the cursor enters it: the loop that walks the tiles then
   // waits on no global load between two tiles of a run.
-  __device__ __forceinline__ void enter() {
-    const TileRun r = runs[run];
+  __device__ __forceinline__ void enter() { enter(runs[run]); }
+  __device__ __forceinline__ void enter(const TileRun& r) {
     tile = r.begin;
     end = r.end;
     partial = r.mask >= 0;

@@ -23,12 +23,13 @@ namespace {
 using lca::require;
 
 struct UploadedSchedule {
-  DeviceBuffer runs, run_offsets, bits, order, items;
+  DeviceBuffer runs, run_offsets, bits, order, items, counter;
   int32_t row_tiles = 0, tile_rows = 0, item_count = 0;
   float idle_share = 0.f, mean_tiles = 0.f;
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
-                          row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count};
+                          row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count,
+                          counter.as<int32_t>()};
   }
 };
 
@@ -50,6 +51,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.run_offsets = upload(s.run_offsets, exec, "the tile run offsets");
   u.bits = upload(s.bits, exec, "the partial-tile bitmasks");
   u.order = upload(s.order, exec, "the tile order");
+  u.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");
   u.row_tiles = s.row_tiles;
   u.tile_rows = s.tile_rows;
   u.idle_share = static_cast<float>(idle_share(s));

@@ -8,7 +8,11 @@
 // softmax of tile j runs while the tensor cores do P V; in the pingpong variant the two consumers
 // also take turns to issue their GEMMs (named barriers), so that one's softmax runs while the
 // other's GEMMs are on the tensor cores; in the k128 variant a step is 128 keys (two schedule
-// tiles) and S = Q K^T takes Q from shared memory, halving the per-step costs per key.
+// tiles) and S = Q K^T takes Q from shared memory, halving the per-step costs per key; in the
+// persistent variant a block an SM walks row tiles one after another (Q double-buffered, K and V
+// in rings of their own), and the first S of a row tile is issued beside the last P V of the one
+// before, so that a short row tile (a sliding window's) no longer pays its Q load, a lone S and
+// softmax, a lone P V and a block launch.
 // Used by launch_*.cu through run_forward<T, D> (forward.cuh) unless LCA_FLEX_FORWARD=mma, where
 // the GPU is sm_90 and the schedule has 128-row tiles.
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
@@ -83,15 +87,86 @@ constexpr int forward_stages() {
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys>
 using Sm90VariantLayout = Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys>(), kKeys>;
 
+// The persistent forward (kPersistent: 128-key overlapped steps, a block an SM walking row tiles
+// one after another): two Q buffers, so that the next row tile's Q lands while this one's steps
+// run and O of the last tile leaves through its own buffer; K and V in rings of their own, K's
+// stage free once its S is done (2 stages), V's once its P V is (3), the same lead on each load as
+// the 3-stage ring of the other kernels. A Q buffer's slot (PersistentSlot) names the row tile
+// and head loaded there.
+template <class T, int D>
+struct Sm90PersistentLayout {
+  static constexpr int kRows = 128;
+  static constexpr int kKeys = 2 * kTile;
+  static constexpr int kSubs = 2;
+  static constexpr int kHalves = D / 64;
+  static constexpr int kQBytes = kRows * D * 2;
+  static constexpr int kKVBytes = kKeys * D * 2;
+  static constexpr int kKStages = 2, kVStages = 3;
+  static constexpr int kKOffset = 2 * kQBytes;
+  static constexpr int kVOffset = kKOffset + kKStages * kKVBytes;
+  static constexpr int kBarOffset = kVOffset + kVStages * kKVBytes;
+  static constexpr int kBars = 4 + 2 * kKStages + 2 * kVStages;  // q_full[2], q_empty[2], k_full/empty, v_full/empty
+  static constexpr int kItemOffset = kBarOffset + 8 * kBars;  // PersistentSlot[2]
+  static constexpr int kBytes = kItemOffset + 2 * 32 + 1024;
+  static constexpr int kThreads = 384;
+};
+
+// What the persistent forward's producer tells the consumers of the row tile in a Q buffer: which
+// one (q_tile -1: the block has no more), and its runs, the first one whole, so that the
+// consumers start its walk without a global load.
+struct PersistentSlot {
+  int32_t q_tile, head, run, run_end;
+  TileRun first;
+};
+static_assert(sizeof(PersistentSlot) == 32);
+
+// The fields that only one of the two layouts has, read where both kernels compile them (0
+// where absent).
+template <class L>
+constexpr int kStagesOf() {
+  if constexpr (requires { L::kStages; }) return L::kStages;
+  else return 0;
+}
+template <class L>
+constexpr int kKStagesOf() {
+  if constexpr (requires { L::kKStages; }) return L::kKStages;
+  else return 0;
+}
+template <class L>
+constexpr int kVStagesOf() {
+  if constexpr (requires { L::kVStages; }) return L::kVStages;
+  else return 0;
+}
+template <class L>
+constexpr int kItemOffsetOf() {
+  if constexpr (requires { L::kItemOffset; }) return L::kItemOffset;
+  else return 0;
+}
+
+// A place in a ring of N stages: the stage and the phase of its barriers.
+template <int N>
+struct RingSlot {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void next() {
+    if (++stage == N) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
 // A step's schedule tile that does not exist (the odd last tile of a row tile in a 128-key step):
 // its keys are loaded again from the step's previous tile and masked out entirely.
 constexpr int32_t kAbsentTile = -2;
 
-template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile>
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, bool kPersistent = false>
 __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys>;
+  using L = std::conditional_t<kPersistent, Sm90PersistentLayout<T, D>,
+                               Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys>>;
   static_assert(kKeys == kTile || (kKeys == 2 * kTile && kOverlap), "128-key steps: overlap kernels only");
+  static_assert(!kPersistent || (kOverlap && !kPingpong && kKeys == 2 * kTile), "persistent: the 128-key overlap kernel");
   // 128-key steps take S = Q K^T with Q from shared memory (SS): Q's 32 registers would not fit
   // beside S (64), P (32) and O (64) of the wider step.
   constexpr bool kQInSmem = kKeys > kTile;
@@ -102,68 +177,176 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
   const uint32_t sq = base, sk = base + L::kKOffset, sv = base + L::kVOffset;
   const uint32_t bar_q = base + L::kBarOffset;
+  // Barriers of the other kernels (stage s holds K and V of a step).
   auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
-  auto full_v = [&](int s) { return bar_q + 8u * (1 + L::kStages + s); };
-  auto empty = [&](int s) { return bar_q + 8u * (1 + 2 * L::kStages + s); };
+  auto full_v = [&](int s) { return bar_q + 8u * (1 + kStagesOf<L>() + s); };
+  auto empty = [&](int s) { return bar_q + 8u * (1 + 2 * kStagesOf<L>() + s); };
+  // Barriers of the persistent kernel (Q buffer b, K stage s, V stage s).
+  auto q_full = [&](int b) { return bar_q + 8u * b; };
+  auto q_empty = [&](int b) { return bar_q + 8u * (2 + b); };
+  auto pk_full = [&](int s) { return bar_q + 8u * (4 + s); };
+  auto pk_empty = [&](int s) { return bar_q + 8u * (4 + kKStagesOf<L>() + s); };
+  auto pv_full = [&](int s) { return bar_q + 8u * (4 + 2 * kKStagesOf<L>() + s); };
+  auto pv_empty = [&](int s) { return bar_q + 8u * (4 + 2 * kKStagesOf<L>() + kVStagesOf<L>() + s); };
+  volatile PersistentSlot* slots =
+      reinterpret_cast<volatile PersistentSlot*>(smem_raw + (base - raw) + kItemOffsetOf<L>());
 
-  const int32_t q_tile = p.sched.order[blockIdx.x];
-  const int h = blockIdx.y, hk = h / p.group;
+  // The row tile and head of the block (persistent: of the tile being computed).
+  int32_t q_tile = kPersistent ? 0 : p.sched.order[blockIdx.x];
+  int h = kPersistent ? 0 : static_cast<int>(blockIdx.y);
   const int wg = threadIdx.x >> 7;
   if (threadIdx.x == 0) {
-    sm90::mbar_init(bar_q, 1);
-    for (int s = 0; s < L::kStages; ++s) {
-      sm90::mbar_init(full_k(s), 1);
-      sm90::mbar_init(full_v(s), 1);
-      sm90::mbar_init(empty(s), 2 * 128);
+    if constexpr (kPersistent) {
+      for (int b = 0; b < 2; ++b) {
+        sm90::mbar_init(q_full(b), 1);
+        sm90::mbar_init(q_empty(b), 2);  // each consumer's first thread, once its O has left the buffer
+      }
+      for (int s = 0; s < kKStagesOf<L>(); ++s) {
+        sm90::mbar_init(pk_full(s), 1);
+        sm90::mbar_init(pk_empty(s), 2 * 128);
+      }
+      for (int s = 0; s < kVStagesOf<L>(); ++s) {
+        sm90::mbar_init(pv_full(s), 1);
+        sm90::mbar_init(pv_empty(s), 2 * 128);
+      }
+    } else {
+      sm90::mbar_init(bar_q, 1);
+      for (int s = 0; s < kStagesOf<L>(); ++s) {
+        sm90::mbar_init(full_k(s), 1);
+        sm90::mbar_init(full_v(s), 1);
+        sm90::mbar_init(empty(s), 2 * 128);
+      }
     }
     sm90::mbar_fence_init();
   }
   __syncthreads();
 
-  if (wg == 0) {
-    // Producer: one thread issues every copy; the others give their registers to the consumers.
-    sm90::regs_dec<24>();
-    if (threadIdx.x == 0) {
-      sm90::tma_prefetch_map(&maps.k);
-      sm90::tma_prefetch_map(&maps.v);
-      sm90::mbar_arrive_expect_tx(bar_q, L::kQBytes);
-#pragma unroll
-      for (int half = 0; half < L::kHalves; ++half)
-        sm90::tma_load_3d(sq + half * (L::kRows * 128), &maps.q, 64 * half, h, q_tile * L::kRows, bar_q);
-      TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
-      int32_t tile = 0;
-      for (int it = 0; cur.valid(); ++it) {
-        const int s = it % L::kStages;
-        if (it >= L::kStages) sm90::mbar_wait(empty(s), ((it / L::kStages) - 1) & 1);
-        // The step's schedule tiles; an absent one loads its predecessor's keys again (finite
-        // values under a zero P, and the same byte count on the barriers).
-        int32_t tiles[L::kSubs];
-#pragma unroll
-        for (int sub = 0; sub < L::kSubs; ++sub) {
-          if (cur.valid()) {
-            tile = cur.tile;
-            cur.next();
+  if constexpr (kPersistent) {
+    if (wg == 0) {
+      // Producer of the persistent kernel: the block's row tiles, taken from the launch's counter
+      // in the order the grid of the other kernels runs them (row tiles longest first, heads
+      // outer), each one's Q into the next buffer once its last user is done with it, then its
+      // steps' K and V into their rings.
+      sm90::regs_dec<24>();
+      if (threadIdx.x == 0) {
+        sm90::tma_prefetch_map(&maps.q);
+        sm90::tma_prefetch_map(&maps.k);
+        sm90::tma_prefetch_map(&maps.v);
+        const int items = p.sched.row_tiles * p.heads_q;
+        int kit = 0, vit = 0;
+        for (int n = 0;; ++n) {
+          const int b = n & 1;
+          if (n >= 2) sm90::mbar_wait(q_empty(b), ((n >> 1) - 1) & 1);
+          const int item = atomicAdd(p.sched.counter, 1);
+          if (item >= items) {
+            slots[b].q_tile = -1;
+            sm90::mbar_arrive(q_full(b));
+            break;
           }
-          tiles[sub] = tile;
+          const int32_t tile_row = p.sched.order[item % p.sched.row_tiles];
+          const int head = item / p.sched.row_tiles, head_kv = head / p.group;
+          TileCursor cur(p.sched.runs, p.sched.run_offsets, tile_row);
+          slots[b].q_tile = tile_row;
+          slots[b].head = head;
+          slots[b].run = cur.run;
+          slots[b].run_end = cur.run_end;
+          if (!cur.valid()) {  // rows that see nothing: no Q to load, the consumers write zeros
+            sm90::mbar_arrive(q_full(b));
+            continue;
+          }
+          const TileRun first = p.sched.runs[cur.run];
+          slots[b].first.begin = first.begin;
+          slots[b].first.end = first.end;
+          slots[b].first.mask = first.mask;
+          slots[b].first.halves = first.halves;
+          sm90::mbar_arrive_expect_tx(q_full(b), L::kQBytes);
+#pragma unroll
+          for (int half = 0; half < L::kHalves; ++half)
+            sm90::tma_load_3d(sq + b * L::kQBytes + half * (L::kRows * 128), &maps.q, 64 * half, head,
+                              tile_row * L::kRows, q_full(b));
+          int32_t tile = 0;
+          while (cur.valid()) {
+            int32_t tiles[L::kSubs];
+#pragma unroll
+            for (int sub = 0; sub < L::kSubs; ++sub) {
+              if (cur.valid()) {
+                tile = cur.tile;
+                cur.next();
+              }
+              tiles[sub] = tile;
+            }
+            const int ks = kit % L::kKStages, vs = vit % L::kVStages;
+            if (kit >= L::kKStages) sm90::mbar_wait(pk_empty(ks), ((kit / L::kKStages) - 1) & 1);
+            sm90::mbar_arrive_expect_tx(pk_full(ks), L::kKVBytes);
+#pragma unroll
+            for (int half = 0; half < L::kHalves; ++half)
+#pragma unroll
+              for (int sub = 0; sub < L::kSubs; ++sub)
+                sm90::tma_load_3d(sk + ks * L::kKVBytes + half * (kKeys * 128) + sub * (kTile * 128), &maps.k,
+                                  64 * half, head_kv, tiles[sub] * kTile, pk_full(ks));
+            if (vit >= L::kVStages) sm90::mbar_wait(pv_empty(vs), ((vit / L::kVStages) - 1) & 1);
+            sm90::mbar_arrive_expect_tx(pv_full(vs), L::kKVBytes);
+#pragma unroll
+            for (int half = 0; half < L::kHalves; ++half)
+#pragma unroll
+              for (int sub = 0; sub < L::kSubs; ++sub)
+                sm90::tma_load_3d(sv + vs * L::kKVBytes + half * (kKeys * 128) + sub * (kTile * 128), &maps.v,
+                                  64 * half, head_kv, tiles[sub] * kTile, pv_full(vs));
+            ++kit;
+            ++vit;
+          }
         }
-        const uint32_t k_dst = sk + s * L::kKVBytes, v_dst = sv + s * L::kKVBytes;
-        sm90::mbar_arrive_expect_tx(full_k(s), L::kKVBytes);
-#pragma unroll
-        for (int half = 0; half < L::kHalves; ++half)
-#pragma unroll
-          for (int sub = 0; sub < L::kSubs; ++sub)
-            sm90::tma_load_3d(k_dst + half * (kKeys * 128) + sub * (kTile * 128), &maps.k, 64 * half, hk,
-                              tiles[sub] * kTile, full_k(s));
-        sm90::mbar_arrive_expect_tx(full_v(s), L::kKVBytes);
-#pragma unroll
-        for (int half = 0; half < L::kHalves; ++half)
-#pragma unroll
-          for (int sub = 0; sub < L::kSubs; ++sub)
-            sm90::tma_load_3d(v_dst + half * (kKeys * 128) + sub * (kTile * 128), &maps.v, 64 * half, hk,
-                              tiles[sub] * kTile, full_v(s));
       }
+      return;
     }
-    return;
+  }
+  if constexpr (!kPersistent) {
+    if (wg == 0) {
+      const int hk = h / p.group;
+      // Producer: one thread issues every copy; the others give their registers to the consumers.
+      sm90::regs_dec<24>();
+      if (threadIdx.x == 0) {
+        sm90::tma_prefetch_map(&maps.k);
+        sm90::tma_prefetch_map(&maps.v);
+        sm90::mbar_arrive_expect_tx(bar_q, L::kQBytes);
+#pragma unroll
+        for (int half = 0; half < L::kHalves; ++half)
+          sm90::tma_load_3d(sq + half * (L::kRows * 128), &maps.q, 64 * half, h, q_tile * L::kRows, bar_q);
+        TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
+        int32_t tile = 0;
+        for (int it = 0; cur.valid(); ++it) {
+          const int s = it % L::kStages;
+          if (it >= L::kStages) sm90::mbar_wait(empty(s), ((it / L::kStages) - 1) & 1);
+          // The step's schedule tiles; an absent one loads its predecessor's keys again (finite
+          // values under a zero P, and the same byte count on the barriers).
+          int32_t tiles[L::kSubs];
+#pragma unroll
+          for (int sub = 0; sub < L::kSubs; ++sub) {
+            if (cur.valid()) {
+              tile = cur.tile;
+              cur.next();
+            }
+            tiles[sub] = tile;
+          }
+          const uint32_t k_dst = sk + s * L::kKVBytes, v_dst = sv + s * L::kKVBytes;
+          sm90::mbar_arrive_expect_tx(full_k(s), L::kKVBytes);
+#pragma unroll
+          for (int half = 0; half < L::kHalves; ++half)
+#pragma unroll
+            for (int sub = 0; sub < L::kSubs; ++sub)
+              sm90::tma_load_3d(k_dst + half * (kKeys * 128) + sub * (kTile * 128), &maps.k, 64 * half, hk,
+                                tiles[sub] * kTile, full_k(s));
+          sm90::mbar_arrive_expect_tx(full_v(s), L::kKVBytes);
+#pragma unroll
+          for (int half = 0; half < L::kHalves; ++half)
+#pragma unroll
+            for (int sub = 0; sub < L::kSubs; ++sub)
+              sm90::tma_load_3d(v_dst + half * (kKeys * 128) + sub * (kTile * 128), &maps.v, 64 * half, hk,
+                                tiles[sub] * kTile, full_v(s));
+        }
+      }
+      return;
+    }
   }
 
   // Consumers: warpgroup c owns query rows 64 c .. 64 c + 63 of the tile; warp w of it rows
@@ -189,8 +372,10 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       ldmatrix_x4(qa[ks], addr);
     }
   };
-  sm90::mbar_wait(bar_q, 0);
-  if constexpr (!kReloadQ && !kQInSmem) load_q();
+  if constexpr (!kPersistent) {
+    sm90::mbar_wait(bar_q, 0);
+    if constexpr (!kReloadQ && !kQInSmem) load_q();
+  }
 
   float o[D / 2];
 #pragma unroll
@@ -206,16 +391,18 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   // only): this consumer's 64 rows of the [half][128 rows][128 B] tile.
   const uint64_t k_desc0 = sm90::smem_desc(sk, 16, 1024), v_desc0 = sm90::smem_desc(sv, kKeys * 128, 1024);
   const uint64_t q_desc = sm90::smem_desc(sq + c * (64 * 128), 16, 1024);
-  auto issue_s = [&](int s) {
+  // q_buffer: the persistent kernel's Q buffer (0 or 1).
+  auto issue_s = [&](int s, int q_buffer = 0) {
     if constexpr (kReloadQ) load_q();
     const uint64_t k_desc = sm90::desc_plus(k_desc0, s * L::kKVBytes);
+    const uint64_t q_desc_b = sm90::desc_plus(q_desc, q_buffer * L::kQBytes);
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t offset = (ks >> 2) * (kKeys * 128) + (ks & 3) * 32;
       if constexpr (kQInSmem) {
         const uint32_t q_offset = (ks >> 2) * (L::kRows * 128) + (ks & 3) * 32;
-        sm90::WgmmaSS<T, kKeys>::template run<0, 0>(sc, sm90::desc_plus(q_desc, q_offset),
+        sm90::WgmmaSS<T, kKeys>::template run<0, 0>(sc, sm90::desc_plus(q_desc_b, q_offset),
                                                     sm90::desc_plus(k_desc, offset), ks > 0);
       } else {
         sm90::WgmmaRS<T, kKeys>::template run<0>(sc, qa[ks], sm90::desc_plus(k_desc, offset), ks > 0);
@@ -320,6 +507,56 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       pa[kk][3] = M::pack(sc[8 * kk + 6], sc[8 * kk + 7]);
     }
   };
+  // Finish: row sums across the 4 threads of a row, normalise, write O and LSE, for row tile
+  // tile_row of head head, from O and the row statistics given. O goes through this consumer's
+  // 64 rows of the Q tile at q_buf, which no one reads once its last S is done (each consumer
+  // reads only its own rows of Q), and leaves by one TMA store a 64-column half: a thread's
+  // 4-byte pieces, stored directly, cost ~2 us a tile in partial-sector writes (NOTES v17). The
+  // store is committed, not waited for: the consumer's first thread waits (bulk_wait_read) before
+  // the buffer is written again or the block ends.
+  auto finish = [&](int32_t tile_row, int head, const float (&rmax)[2], const float (&rsum)[2], uint32_t q_buf) {
+    T* o_base = static_cast<T*>(p.o) + head * p.o_head;
+    const int64_t q0 = int64_t{tile_row} * L::kRows;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = rsum[r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const int row_in_tile = row0 + g + 8 * r;
+      const int64_t row = q0 + row_in_tile;
+      if (maps.o_tma) {
+        // The 128-byte swizzle of the TMA box: 16-byte unit n & 7 of a row lands at (n & 7) ^ (row & 7).
+        const uint32_t dst = q_buf + row_in_tile * 128 + 4 * t4;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+          sm90::st_shared_u32(dst + (n >> 3) * (L::kRows * 128) + (((n & 7) ^ (row_in_tile & 7)) << 4),
+                              M::pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv));
+      }
+      if (row >= p.seqlen_q) continue;
+      if (!maps.o_tma) {
+        T* dst = o_base + row * p.o_tok + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+          *reinterpret_cast<uint32_t*>(dst + n * 8) = M::pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+      }
+      if (t4 == 0)
+        p.lse[head * p.lse_head + row * p.lse_tok] = sum > 0.f ? (rmax[r] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+    }
+    // This consumer's four warps (1 and 2 are pingpong's turns): their O in shared memory, and
+    // (persistent kernel) their reads of the Q buffer and its slot done before the leader frees it.
+    if (maps.o_tma) sm90::fence_proxy_async();  // the shared writes, seen by the TMA unit
+    sm90::named_sync(3 + c, 128);
+    if (maps.o_tma) {
+      if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+        for (int half = 0; half < L::kHalves; ++half)
+          sm90::tma_store_3d(&maps.o, q_buf + half * (L::kRows * 128) + c * (64 * 128), 64 * half, head,
+                             static_cast<int32_t>(q0) + 64 * c);
+        sm90::bulk_commit();
+      }
+    }
+  };
   // A tile's place in the ring: its stage and the phase of that stage's barriers, stepped along
   // with the tiles (no division by the stage count in the loop).
   struct Slot {
@@ -327,7 +564,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     uint32_t phase = 0;
   };
   auto next_slot = [](Slot x) {
-    if (++x.stage == L::kStages) x = Slot{0, x.phase ^ 1u};
+    if (++x.stage == kStagesOf<L>()) x = Slot{0, x.phase ^ 1u};
     return x;
   };
 
@@ -364,7 +601,140 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       if (!(last && c == 1)) sm90::named_arrive(2 - c, 256);
     }
   };
-  if constexpr (!kOverlap) {
+  if constexpr (kPersistent) {
+    // The persistent consumer: the block's row tiles as one stream of steps. The first step of a
+    // row tile issues its S beside the last P V of the tile before; that tile's O leaves (finish)
+    // once the P V is done, after the new tile's softmax. Only where a row tile sees nothing or the
+    // block's tiles end does the stream stop (a last P V alone) and start again (a first S alone).
+    const bool leader = (threadIdx.x & 127) == 0;
+    RingSlot<kKStagesOf<L>()> kx;
+    RingSlot<kVStagesOf<L>()> vx, vprev;
+    int taken = 0;     // row tiles taken from the Q buffers
+    int q_buf = 0;     // the Q buffer of the tile being computed
+    int pending = -1;  // a Q buffer that this consumer's last O store may still read
+    // The leader waits until the TMA unit has read that O, then gives the buffer back to the
+    // producer (both consumers' leaders arrive).
+    auto release_pending = [&] {
+      if (pending >= 0) {
+        if (leader) {
+          sm90::bulk_wait_read<0>();
+          sm90::mbar_arrive(q_empty(pending));
+        }
+        pending = -1;
+      }
+    };
+    // The next row tile: 1 when it has steps (q_tile, h, q_buf and cur are its), 0 when it sees
+    // nothing (likewise), -1 when the block has no more. The buffer waited on is the one the
+    // tile before last was stored from: it is given back first.
+    auto take_tile = [&]() -> int {
+      release_pending();
+      const int b = taken & 1;
+      sm90::mbar_wait(q_full(b), (taken >> 1) & 1);
+      ++taken;
+      const volatile PersistentSlot& slot = slots[b];
+      if (slot.q_tile < 0) return -1;
+      q_tile = slot.q_tile;
+      h = slot.head;
+      q_buf = b;
+      const int32_t run = slot.run, run_end = slot.run_end;
+      if (run == run_end) return 0;
+      const TileRun first{slot.first.begin, slot.first.end, slot.first.mask, slot.first.halves};
+      cur = CachedTileCursor(p.sched.runs, run, run_end, first);
+      return 1;
+    };
+    auto clear = [&] {
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+      row_max[0] = row_max[1] = -INFINITY;
+      row_sum[0] = row_sum[1] = 0.f;
+    };
+    float kept_max[2], kept_sum[2];  // the row statistics of the tile whose last P V is in flight
+    int status = take_tile();
+    while (status >= 0) {
+      if (status == 0) {
+        // Rows that see nothing: O = 0, LSE = -inf, through the buffer like any tile's.
+        release_pending();
+        clear();
+        finish(q_tile, h, row_max, row_sum, sq + q_buf * L::kQBytes);
+        pending = q_buf;
+        status = take_tile();
+        continue;
+      }
+      // The stream's first step: S alone.
+      clear();
+      sm90::mbar_wait(pk_full(kx.stage), kx.phase);
+      issue_s(kx.stage, q_buf);
+      const RowBits bits0 = row_bits(take_step());
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(sc);
+      sm90::mbar_arrive(pk_empty(kx.stage));
+      kx.next();
+      softmax(bits0, alpha);
+      rescale_o(alpha);
+      pack_p();
+      vprev = vx;
+      vx.next();
+      int32_t pv_tile = q_tile;  // the row tile, head and Q buffer of the P V still to issue
+      int pv_head = h, pv_buf = q_buf;
+      // One step: its S beside the P V of the step before. kBoundary: the first step of a row
+      // tile, whose softmax starts from nothing, and whose P V is the last of the tile before:
+      // that tile's O leaves once it is done.
+      auto step = [&]<bool kBoundary>() {
+        sm90::mbar_wait(pk_full(kx.stage), kx.phase);
+        issue_s(kx.stage, q_buf);
+        sm90::mbar_wait(pv_full(vprev.stage), vprev.phase);
+        issue_pv(vprev.stage);
+        if constexpr (!kBoundary) release_pending();  // the last O store has had a step to leave
+        const RowBits bits = row_bits(take_step());
+        if constexpr (kBoundary) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            kept_max[r] = row_max[r];
+            kept_sum[r] = row_sum[r];
+            row_max[r] = -INFINITY;
+            row_sum[r] = 0.f;
+          }
+        }
+        sm90::wgmma_wait<1>();  // S of this step
+        sm90::fence_regs(sc);
+        sm90::mbar_arrive(pk_empty(kx.stage));
+        kx.next();
+        softmax(bits, alpha);
+        sm90::wgmma_wait<0>();  // P V of the step before
+        sm90::fence_regs(o);
+        sm90::mbar_arrive(pv_empty(vprev.stage));
+        if constexpr (kBoundary) {
+          finish(pv_tile, pv_head, kept_max, kept_sum, sq + pv_buf * L::kQBytes);
+          pending = pv_buf;
+#pragma unroll
+          for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+        } else {
+          rescale_o(alpha);
+        }
+        pack_p();
+        vprev = vx;
+        vx.next();
+      };
+      for (;;) {
+        while (cur.valid()) step.template operator()<false>();
+        pv_tile = q_tile;
+        pv_head = h;
+        pv_buf = q_buf;
+        status = take_tile();
+        if (status != 1) break;
+        step.template operator()<true>();
+      }
+      // The stream stops: its last P V alone, and that tile's O.
+      sm90::mbar_wait(pv_full(vprev.stage), vprev.phase);
+      issue_pv(vprev.stage);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(o);
+      sm90::mbar_arrive(pv_empty(vprev.stage));
+      finish(pv_tile, pv_head, row_max, row_sum, sq + pv_buf * L::kQBytes);
+      pending = pv_buf;
+    }
+    release_pending();  // the block's shared memory stays until the TMA unit has read the last O
+  } else if constexpr (!kOverlap) {
     // One tile at a time: S, softmax, P V, each waited for.
     for (Slot x; cur.valid(); x = next_slot(x)) {
       const int s = x.stage;
@@ -468,74 +838,45 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       sm90::mbar_arrive(empty(prev.stage));
     }
   }
-
-  // Finish: row sums across the 4 threads of a row, normalise, write O and LSE. O goes through
-  // this consumer's 64 rows of the Q tile, which no one reads once its last S is done (each
-  // consumer reads only its own rows of Q), and leaves by one TMA store a 64-column half: a
-  // thread's 4-byte pieces, stored directly, cost ~2 us a tile in partial-sector writes (NOTES v17).
-  T* o_base = static_cast<T*>(p.o) + h * p.o_head;
-  const int64_t q0 = int64_t{q_tile} * L::kRows;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    const int row_in_tile = row0 + g + 8 * r;
-    const int64_t row = q0 + row_in_tile;
-    if (maps.o_tma) {
-      // The 128-byte swizzle of the TMA box: 16-byte unit n & 7 of a row lands at (n & 7) ^ (row & 7).
-      const uint32_t dst = sq + row_in_tile * 128 + 4 * t4;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        sm90::st_shared_u32(dst + (n >> 3) * (L::kRows * 128) + (((n & 7) ^ (row_in_tile & 7)) << 4),
-                            M::pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv));
-    }
-    if (row >= p.seqlen_q) continue;
-    if (!maps.o_tma) {
-      T* dst = o_base + row * p.o_tok + 2 * t4;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<uint32_t*>(dst + n * 8) = M::pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
-    }
-    if (t4 == 0)
-      p.lse[h * p.lse_head + row * p.lse_tok] = sum > 0.f ? (row_max[r] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
-  }
-  if (maps.o_tma) {
-    sm90::fence_proxy_async();       // the shared writes, seen by the TMA unit
-    sm90::named_sync(3 + c, 128);    // this consumer's four warps (1 and 2 are pingpong's turns)
-    if ((threadIdx.x & 127) == 0) {
-#pragma unroll
-      for (int half = 0; half < L::kHalves; ++half)
-        sm90::tma_store_3d(&maps.o, sq + half * (L::kRows * 128) + c * (64 * 128), 64 * half, h,
-                           static_cast<int32_t>(q0) + 64 * c);
-      sm90::bulk_commit();
-      sm90::bulk_wait_read<0>();  // the block's shared memory stays until the TMA unit has read it
-    }
+  if constexpr (!kPersistent) {
+    finish(q_tile, h, row_max, row_sum, sq);
+    if (maps.o_tma && (threadIdx.x & 127) == 0) sm90::bulk_wait_read<0>();  // before the block's shared memory goes
   }
 #else
   __trap();  // launched only where the device code was built for sm_90a (see sm90_available)
 #endif
 }
 
-// Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: unset, sm90_k128 or sm90_overlap by
-// the schedule (see kIdleShareFor64Keys); "sm90_k128" (the wgmma kernel with S of step j issued
+// Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: unset, sm90_overlap, sm90_persistent
+// or sm90_k128 by the schedule (see kIdleShareFor64Keys, kPersistentMeanTiles); "sm90_k128" (the wgmma kernel with S of step j issued
 // beside P V of step j - 1, 128 keys a step; v11), "sm90_k128_pingpong" (that, with the two
 // consumers taking turns to issue), "sm90_overlap" (the same with 64 keys a step, Q in registers,
-// and the tiles idle for a consumer's rows skipped; v6, v12), "sm90_pingpong" (64 keys, taking
+// and the tiles idle for a consumer's rows skipped; v6, v12), "sm90_persistent" (sm90_k128 with a
+// block an SM, the row tiles one after another, each one's first S beside the last P V of the
+// tile before; v17), "sm90_pingpong" (64 keys, taking
 // turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a time) or "mma" (the portable
 // mma.sync kernel). Measurements in docs/kernels/NOTES.md.
-enum class ForwardChoice { mma, sm90, sm90_overlap, sm90_pingpong, sm90_k128, sm90_k128_pingpong, sm90_auto };
+enum class ForwardChoice {
+  mma,
+  sm90,
+  sm90_overlap,
+  sm90_pingpong,
+  sm90_k128,
+  sm90_k128_pingpong,
+  sm90_persistent,
+  sm90_auto
+};
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
     const std::string s =
-        variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong");
+        variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong sm90_persistent");
     return s == "mma"                  ? ForwardChoice::mma
            : s == "sm90"               ? ForwardChoice::sm90
            : s == "sm90_overlap"       ? ForwardChoice::sm90_overlap
            : s == "sm90_pingpong"      ? ForwardChoice::sm90_pingpong
            : s == "sm90_k128_pingpong" ? ForwardChoice::sm90_k128_pingpong
            : s == "sm90_k128"          ? ForwardChoice::sm90_k128
+           : s == "sm90_persistent"    ? ForwardChoice::sm90_persistent
                                        : ForwardChoice::sm90_auto;
   }();
   return choice;
@@ -550,6 +891,24 @@ void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaS
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
   forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
+}
+
+// The persistent kernel: a block an SM (at most one a row tile and head), its row tiles from a
+// counter zeroed here.
+template <class T, int D>
+void launch_forward_sm90_persistent(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
+  using L = Sm90PersistentLayout<T, D>;
+  static_assert(L::kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
+  constexpr auto kernel = forward_sm90_kernel<T, D, true, false, 2 * kTile, true>;
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+  int device = 0, sms = 0;
+  LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
+  LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t items = int64_t{p.sched.row_tiles} * p.heads_q;
+  const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
+  LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t), stream));
+  kernel<<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel (persistent)");
 }
 
 template <class T, int D>
@@ -570,8 +929,10 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
     case ForwardChoice::sm90_k128_pingpong:
       return launch_forward_sm90_variant<T, D, true, true, 2 * kTile>(p, maps, stream);
     case ForwardChoice::sm90_k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
+    case ForwardChoice::sm90_persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
     default:
       if (p.sched.idle_share > kIdleShareFor64Keys) return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
+      if (p.sched.mean_tiles <= kPersistentMeanTiles) return launch_forward_sm90_persistent<T, D>(p, maps, stream);
       return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
   }
 }

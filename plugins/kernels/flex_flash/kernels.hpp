@@ -30,6 +30,7 @@ struct DeviceSchedule {
   float mean_tiles = 0.f;  // scheduled tiles per row tile (backward: query tiles a key tile walks)
   const BwdItem* items = nullptr;  // backward only: the Hopper backward's blocks (backward_items)
   int32_t item_count = 0;
+  int32_t* counter = nullptr;  // forward only: the persistent kernel's next row tile (zeroed a launch)
 };
 
 struct FwdParams {
@@ -96,6 +97,14 @@ BwdPairing backward_pairing();
 // Measured at a third (v12, block_sparse 1.16-1.19x with 64 keys); the threshold itself is the
 // prediction from v11's 6%, not timed.
 constexpr float kIdleShareFor64Keys = 0.1f;
+// ... and among the rest (forward_sm90.cuh), the persistent kernel where row tiles see at most
+// this many 64-key tiles on average: it saves each row tile its Q load, a lone S and softmax, a
+// lone P V and a block launch (~2.5 us of a sliding_window_causal tile's 18), but its steps ran
+// ~5% slower than sm90_k128's on the full mask (ncu: 9% more instructions; not traced to a cause,
+// NOTES v17). Measured (H100, A/B in turns): sliding_window_causal (18 tiles) +4-8%,
+// sliding_window and sliding_window_document (34) -2 to +2%, full and causal (256 at 16K) -2 to
+// -4%. The threshold lies between 18 and 34; not timed closer.
+constexpr float kPersistentMeanTiles = 24.f;
 // The default Hopper backward's choice (backward_sm90.cuh): the kernel that skips a consumer's
 // idle iterations runs its busy ones ~7% slower than the kernel without the branch (device calls
 // 1-2 of 2026-11-23's ninth session, full and causal at 16K-32K); it runs where more than this

@@ -371,6 +371,33 @@ TEST(FlexSchedule, IdleHalvesPickTheSkippingForwardForBlockSparseAndShortWindows
   expect_skipping(/*by_query=*/true, lca_flex_flash::kIdleShareFor64Keys, skipping);
 }
 
+// The default Hopper forward takes the persistent kernel where it does not take the 64-key one
+// and row tiles see at most kPersistentMeanTiles 64-key tiles on average (forward_sm90.cuh). Of
+// the builtin patterns at their default parameters and 4K-64K that is sliding_window_causal
+// (1025 keys a row: 18 tiles) and, at 4K, where the windows are 512 and the documents short, the
+// other windows and block_causal_document (16-17 tiles); the rest keep the 128-key kernel
+// (sliding_window at 16K: 34 tiles).
+TEST(FlexSchedule, ShortRowTilesPickThePersistentForward) {
+  const std::set<std::pair<std::string, int64_t>> persistent = {
+      {"sliding_window", 4096}, {"sliding_window_causal", 4096}, {"sliding_window_causal", 16384},
+      {"sliding_window_causal", 65536}, {"sliding_window_document", 4096}, {"block_causal_document", 4096}};
+  auto& p = BuiltinProvider::instance();
+  for (const char* name : {"full", "causal", "full_document", "causal_document", "sliding_window",
+                           "sliding_window_causal", "sliding_window_document", "shared_question", "causal_blockwise",
+                           "prefix_lm_causal", "prefix_lm_document", "global_sliding", "block_causal_document",
+                           "block_sparse"}) {
+    for (int64_t seqlen : {int64_t{4096}, int64_t{16384}, int64_t{65536}}) {
+      auto g = p.generate(name, "{}", seqlen, 42);
+      ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
+      const TileSchedule s = build_schedule(*g.mask, /*by_query=*/true, 128);
+      const double mean_tiles = double(s.full_tiles + s.partial_tiles) / double(s.row_tiles);
+      const bool picked = lca_flex_flash::idle_share(s) <= lca_flex_flash::kIdleShareFor64Keys &&
+                          mean_tiles <= lca_flex_flash::kPersistentMeanTiles;
+      EXPECT_EQ(picked, persistent.count({name, seqlen}) == 1) << name << " " << seqlen << ": " << mean_tiles;
+    }
+  }
+}
+
 // The default Hopper backward takes the kernel whose consumers skip their idle iterations where
 // more than a tenth of the backward schedule's tile halves (64 keys x 64 queries) are idle
 // (backward_sm90.cuh, kIdleShareForSkip): that kernel runs its busy iterations slower, so it must

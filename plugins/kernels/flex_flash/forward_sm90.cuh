@@ -59,6 +59,7 @@ struct Sm90Layout {
   static constexpr int kBars = 1 + 3 * kStages;         // q, full_k[S], full_v[S], empty[S]
   static constexpr int kBytes = kBarOffset + 8 * kBars + 1024;  // + slack to align the base to 1024
   static constexpr int kThreads = 384;
+  static constexpr int kKStages = 0, kVStages = 0, kItemOffset = 0;  // the persistent layout's (none)
 };
 
 // Whether a variant's consumers skip the tiles where their 64 rows see nothing (TileRun::halves):
@@ -102,6 +103,7 @@ struct Sm90PersistentLayout {
   static constexpr int kQBytes = kRows * D * 2;
   static constexpr int kKVBytes = kKeys * D * 2;
   static constexpr int kKStages = 2, kVStages = 3;
+  static constexpr int kStages = 0;  // the other layouts' K-and-V stages (none)
   static constexpr int kKOffset = 2 * kQBytes;
   static constexpr int kVOffset = kKOffset + kKStages * kKVBytes;
   static constexpr int kBarOffset = kVOffset + kVStages * kKVBytes;
@@ -119,29 +121,6 @@ struct PersistentSlot {
   TileRun first;
 };
 static_assert(sizeof(PersistentSlot) == 32);
-
-// The fields that only one of the two layouts has, read where both kernels compile them (0
-// where absent).
-template <class L>
-constexpr int kStagesOf() {
-  if constexpr (requires { L::kStages; }) return L::kStages;
-  else return 0;
-}
-template <class L>
-constexpr int kKStagesOf() {
-  if constexpr (requires { L::kKStages; }) return L::kKStages;
-  else return 0;
-}
-template <class L>
-constexpr int kVStagesOf() {
-  if constexpr (requires { L::kVStages; }) return L::kVStages;
-  else return 0;
-}
-template <class L>
-constexpr int kItemOffsetOf() {
-  if constexpr (requires { L::kItemOffset; }) return L::kItemOffset;
-  else return 0;
-}
 
 // A place in a ring of N stages: the stage and the phase of its barriers.
 template <int N>
@@ -179,17 +158,17 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   const uint32_t bar_q = base + L::kBarOffset;
   // Barriers of the other kernels (stage s holds K and V of a step).
   auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
-  auto full_v = [&](int s) { return bar_q + 8u * (1 + kStagesOf<L>() + s); };
-  auto empty = [&](int s) { return bar_q + 8u * (1 + 2 * kStagesOf<L>() + s); };
+  auto full_v = [&](int s) { return bar_q + 8u * (1 + L::kStages + s); };
+  auto empty = [&](int s) { return bar_q + 8u * (1 + 2 * L::kStages + s); };
   // Barriers of the persistent kernel (Q buffer b, K stage s, V stage s).
   auto q_full = [&](int b) { return bar_q + 8u * b; };
   auto q_empty = [&](int b) { return bar_q + 8u * (2 + b); };
   auto pk_full = [&](int s) { return bar_q + 8u * (4 + s); };
-  auto pk_empty = [&](int s) { return bar_q + 8u * (4 + kKStagesOf<L>() + s); };
-  auto pv_full = [&](int s) { return bar_q + 8u * (4 + 2 * kKStagesOf<L>() + s); };
-  auto pv_empty = [&](int s) { return bar_q + 8u * (4 + 2 * kKStagesOf<L>() + kVStagesOf<L>() + s); };
+  auto pk_empty = [&](int s) { return bar_q + 8u * (4 + L::kKStages + s); };
+  auto pv_full = [&](int s) { return bar_q + 8u * (4 + 2 * L::kKStages + s); };
+  auto pv_empty = [&](int s) { return bar_q + 8u * (4 + 2 * L::kKStages + L::kVStages + s); };
   volatile PersistentSlot* slots =
-      reinterpret_cast<volatile PersistentSlot*>(smem_raw + (base - raw) + kItemOffsetOf<L>());
+      reinterpret_cast<volatile PersistentSlot*>(smem_raw + (base - raw) + L::kItemOffset);
 
   // The row tile and head of the block (persistent: of the tile being computed).
   int32_t q_tile = kPersistent ? 0 : p.sched.order[blockIdx.x];
@@ -201,17 +180,17 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         sm90::mbar_init(q_full(b), 1);
         sm90::mbar_init(q_empty(b), 2);  // each consumer's first thread, once its O has left the buffer
       }
-      for (int s = 0; s < kKStagesOf<L>(); ++s) {
+      for (int s = 0; s < L::kKStages; ++s) {
         sm90::mbar_init(pk_full(s), 1);
         sm90::mbar_init(pk_empty(s), 2 * 128);
       }
-      for (int s = 0; s < kVStagesOf<L>(); ++s) {
+      for (int s = 0; s < L::kVStages; ++s) {
         sm90::mbar_init(pv_full(s), 1);
         sm90::mbar_init(pv_empty(s), 2 * 128);
       }
     } else {
       sm90::mbar_init(bar_q, 1);
-      for (int s = 0; s < kStagesOf<L>(); ++s) {
+      for (int s = 0; s < L::kStages; ++s) {
         sm90::mbar_init(full_k(s), 1);
         sm90::mbar_init(full_v(s), 1);
         sm90::mbar_init(empty(s), 2 * 128);
@@ -564,7 +543,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     uint32_t phase = 0;
   };
   auto next_slot = [](Slot x) {
-    if (++x.stage == kStagesOf<L>()) x = Slot{0, x.phase ^ 1u};
+    if (++x.stage == L::kStages) x = Slot{0, x.phase ^ 1u};
     return x;
   };
 
@@ -607,8 +586,8 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     // once the P V is done, after the new tile's softmax. Only where a row tile sees nothing or the
     // block's tiles end does the stream stop (a last P V alone) and start again (a first S alone).
     const bool leader = (threadIdx.x & 127) == 0;
-    RingSlot<kKStagesOf<L>()> kx;
-    RingSlot<kVStagesOf<L>()> vx, vprev;
+    RingSlot<L::kKStages> kx;
+    RingSlot<L::kVStages> vx, vprev;
     int taken = 0;     // row tiles taken from the Q buffers
     int q_buf = 0;     // the Q buffer of the tile being computed
     int pending = -1;  // a Q buffer that this consumer's last O store may still read

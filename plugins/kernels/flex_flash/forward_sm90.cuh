@@ -200,6 +200,28 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   }
   __syncthreads();
 
+  // Producers: the schedule tiles of the step at cur, moving cur past them (an absent second tile
+  // repeats the one before: its keys are loaded again, finite values under a zero P, and the same
+  // byte count on the barriers); and one step's K or V boxes into dst, completing on bar.
+  auto step_tiles = [&](TileCursor& cur, int32_t& tile, int32_t (&tiles)[L::kSubs]) {
+#pragma unroll
+    for (int sub = 0; sub < L::kSubs; ++sub) {
+      if (cur.valid()) {
+        tile = cur.tile;
+        cur.next();
+      }
+      tiles[sub] = tile;
+    }
+  };
+  auto load_step = [&](const CUtensorMap* map, uint32_t dst, int head_kv, const int32_t (&tiles)[L::kSubs],
+                       uint32_t bar) {
+#pragma unroll
+    for (int half = 0; half < L::kHalves; ++half)
+#pragma unroll
+      for (int sub = 0; sub < L::kSubs; ++sub)
+        sm90::tma_load_3d(dst + half * (kKeys * 128) + sub * (kTile * 128), map, 64 * half, head_kv,
+                          tiles[sub] * kTile, bar);
+  };
   if constexpr (kPersistent) {
     if (wg == 0) {
       // Producer of the persistent kernel: the block's row tiles, taken from the launch's counter
@@ -246,31 +268,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
           int32_t tile = 0;
           while (cur.valid()) {
             int32_t tiles[L::kSubs];
-#pragma unroll
-            for (int sub = 0; sub < L::kSubs; ++sub) {
-              if (cur.valid()) {
-                tile = cur.tile;
-                cur.next();
-              }
-              tiles[sub] = tile;
-            }
+            step_tiles(cur, tile, tiles);
             const int ks = kit % L::kKStages, vs = vit % L::kVStages;
             if (kit >= L::kKStages) sm90::mbar_wait(pk_empty(ks), ((kit / L::kKStages) - 1) & 1);
             sm90::mbar_arrive_expect_tx(pk_full(ks), L::kKVBytes);
-#pragma unroll
-            for (int half = 0; half < L::kHalves; ++half)
-#pragma unroll
-              for (int sub = 0; sub < L::kSubs; ++sub)
-                sm90::tma_load_3d(sk + ks * L::kKVBytes + half * (kKeys * 128) + sub * (kTile * 128), &maps.k,
-                                  64 * half, head_kv, tiles[sub] * kTile, pk_full(ks));
+            load_step(&maps.k, sk + ks * L::kKVBytes, head_kv, tiles, pk_full(ks));
             if (vit >= L::kVStages) sm90::mbar_wait(pv_empty(vs), ((vit / L::kVStages) - 1) & 1);
             sm90::mbar_arrive_expect_tx(pv_full(vs), L::kKVBytes);
-#pragma unroll
-            for (int half = 0; half < L::kHalves; ++half)
-#pragma unroll
-              for (int sub = 0; sub < L::kSubs; ++sub)
-                sm90::tma_load_3d(sv + vs * L::kKVBytes + half * (kKeys * 128) + sub * (kTile * 128), &maps.v,
-                                  64 * half, head_kv, tiles[sub] * kTile, pv_full(vs));
+            load_step(&maps.v, sv + vs * L::kKVBytes, head_kv, tiles, pv_full(vs));
             ++kit;
             ++vit;
           }
@@ -296,32 +301,12 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         for (int it = 0; cur.valid(); ++it) {
           const int s = it % L::kStages;
           if (it >= L::kStages) sm90::mbar_wait(empty(s), ((it / L::kStages) - 1) & 1);
-          // The step's schedule tiles; an absent one loads its predecessor's keys again (finite
-          // values under a zero P, and the same byte count on the barriers).
           int32_t tiles[L::kSubs];
-#pragma unroll
-          for (int sub = 0; sub < L::kSubs; ++sub) {
-            if (cur.valid()) {
-              tile = cur.tile;
-              cur.next();
-            }
-            tiles[sub] = tile;
-          }
-          const uint32_t k_dst = sk + s * L::kKVBytes, v_dst = sv + s * L::kKVBytes;
+          step_tiles(cur, tile, tiles);
           sm90::mbar_arrive_expect_tx(full_k(s), L::kKVBytes);
-#pragma unroll
-          for (int half = 0; half < L::kHalves; ++half)
-#pragma unroll
-            for (int sub = 0; sub < L::kSubs; ++sub)
-              sm90::tma_load_3d(k_dst + half * (kKeys * 128) + sub * (kTile * 128), &maps.k, 64 * half, hk,
-                                tiles[sub] * kTile, full_k(s));
+          load_step(&maps.k, sk + s * L::kKVBytes, hk, tiles, full_k(s));
           sm90::mbar_arrive_expect_tx(full_v(s), L::kKVBytes);
-#pragma unroll
-          for (int half = 0; half < L::kHalves; ++half)
-#pragma unroll
-            for (int sub = 0; sub < L::kSubs; ++sub)
-              sm90::tma_load_3d(v_dst + half * (kKeys * 128) + sub * (kTile * 128), &maps.v, 64 * half, hk,
-                                tiles[sub] * kTile, full_v(s));
+          load_step(&maps.v, sv + s * L::kKVBytes, hk, tiles, full_v(s));
         }
       }
       return;

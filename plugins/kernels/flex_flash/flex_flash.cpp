@@ -51,11 +51,10 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.run_offsets = upload(s.run_offsets, exec, "the tile run offsets");
   u.bits = upload(s.bits, exec, "the partial-tile bitmasks");
   u.order = upload(s.order, exec, "the tile order");
-  u.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");
   u.row_tiles = s.row_tiles;
   u.tile_rows = s.tile_rows;
   u.idle_share = static_cast<float>(idle_share(s));
-  u.mean_tiles = s.row_tiles > 0 ? static_cast<float>(double(s.full_tiles + s.partial_tiles) / s.row_tiles) : 0.f;
+  u.mean_tiles = static_cast<float>(mean_tiles(s));
   return u;
 }
 
@@ -134,6 +133,7 @@ class FlexFlash final : public lca::IKernel {
     });
     const TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
     plan->fwd = upload(fwd, exec);
+    plan->fwd.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");
     const Bwd b = bwd.get();
     plan->bwd = upload(b.sched, exec, b.items);
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here

@@ -88,6 +88,15 @@ constexpr int forward_stages() {
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys>
 using Sm90VariantLayout = Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys>(), kKeys>;
 
+// What the persistent forward's producer tells the consumers of the row tile in a Q buffer: which
+// one (q_tile -1: the block has no more), and its runs, the first one whole, so that the
+// consumers start its walk without a global load.
+struct PersistentSlot {
+  int32_t q_tile, head, run, run_end;
+  TileRun first;
+};
+static_assert(sizeof(PersistentSlot) == 32);
+
 // The persistent forward (kPersistent: 128-key overlapped steps, a block an SM walking row tiles
 // one after another): two Q buffers, so that the next row tile's Q lands while this one's steps
 // run and O of the last tile leaves through its own buffer; K and V in rings of their own, K's
@@ -109,18 +118,9 @@ struct Sm90PersistentLayout {
   static constexpr int kBarOffset = kVOffset + kVStages * kKVBytes;
   static constexpr int kBars = 4 + 2 * kKStages + 2 * kVStages;  // q_full[2], q_empty[2], k_full/empty, v_full/empty
   static constexpr int kItemOffset = kBarOffset + 8 * kBars;  // PersistentSlot[2]
-  static constexpr int kBytes = kItemOffset + 2 * 32 + 1024;
+  static constexpr int kBytes = kItemOffset + 2 * int{sizeof(PersistentSlot)} + 1024;
   static constexpr int kThreads = 384;
 };
-
-// What the persistent forward's producer tells the consumers of the row tile in a Q buffer: which
-// one (q_tile -1: the block has no more), and its runs, the first one whole, so that the
-// consumers start its walk without a global load.
-struct PersistentSlot {
-  int32_t q_tile, head, run, run_end;
-  TileRun first;
-};
-static_assert(sizeof(PersistentSlot) == 32);
 
 // A place in a ring of N stages: the stage and the phase of its barriers.
 template <int N>
@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   using L = std::conditional_t<kPersistent, Sm90PersistentLayout<T, D>,
                                Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys>>;
   static_assert(kKeys == kTile || (kKeys == 2 * kTile && kOverlap), "128-key steps: overlap kernels only");
-  static_assert(!kPersistent || (kOverlap && !kPingpong && kKeys == 2 * kTile), "persistent: the 128-key overlap kernel");
+  static_assert(!kPersistent || (kOverlap && !kPingpong && kKeys == 2 * kTile),
+                "persistent: the 128-key overlap kernel");
   // 128-key steps take S = Q K^T with Q from shared memory (SS): Q's 32 registers would not fit
   // beside S (64), P (32) and O (64) of the wider step.
   constexpr bool kQInSmem = kKeys > kTile;
@@ -202,7 +203,8 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 
   // Producers: the schedule tiles of the step at cur, moving cur past them (an absent second tile
   // repeats the one before: its keys are loaded again, finite values under a zero P, and the same
-  // byte count on the barriers); and one step's K or V boxes into dst, completing on bar.
+  // byte count on the barriers); a row tile's Q, and one step's K or V boxes, into dst, completing
+  // on bar.
   auto step_tiles = [&](TileCursor& cur, int32_t& tile, int32_t (&tiles)[L::kSubs]) {
 #pragma unroll
     for (int sub = 0; sub < L::kSubs; ++sub) {
@@ -213,6 +215,12 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       tiles[sub] = tile;
     }
   };
+  auto load_q_tile = [&](uint32_t dst, int head, int32_t tile_row, uint32_t bar) {
+    sm90::mbar_arrive_expect_tx(bar, L::kQBytes);
+#pragma unroll
+    for (int half = 0; half < L::kHalves; ++half)
+      sm90::tma_load_3d(dst + half * (L::kRows * 128), &maps.q, 64 * half, head, tile_row * L::kRows, bar);
+  };
   auto load_step = [&](const CUtensorMap* map, uint32_t dst, int head_kv, const int32_t (&tiles)[L::kSubs],
                        uint32_t bar) {
 #pragma unroll
@@ -222,13 +230,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         sm90::tma_load_3d(dst + half * (kKeys * 128) + sub * (kTile * 128), map, 64 * half, head_kv,
                           tiles[sub] * kTile, bar);
   };
-  if constexpr (kPersistent) {
-    if (wg == 0) {
-      // Producer of the persistent kernel: the block's row tiles, taken from the launch's counter
-      // in the order the grid of the other kernels runs them (row tiles longest first, heads
-      // outer), each one's Q into the next buffer once its last user is done with it, then its
-      // steps' K and V into their rings.
-      sm90::regs_dec<24>();
+  if (wg == 0) {
+    // Producer: one thread issues every copy; the others give their registers to the consumers.
+    sm90::regs_dec<24>();
+    if constexpr (kPersistent) {
+      // The persistent kernel's: the block's row tiles, its own first and then from the launch's
+      // counter, in the order the grid of the other kernels runs them (row tiles longest first,
+      // heads outer), each one's Q into the next buffer once its last user is done with it, then
+      // its steps' K and V into their rings.
       if (threadIdx.x == 0) {
         sm90::tma_prefetch_map(&maps.q);
         sm90::tma_prefetch_map(&maps.k);
@@ -238,7 +247,12 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         for (int n = 0;; ++n) {
           const int b = n & 1;
           if (n >= 2) sm90::mbar_wait(q_empty(b), ((n >> 1) - 1) & 1);
-          const int item = atomicAdd(p.sched.counter, 1);
+          // The first row tile is the block's own (the grid has no more blocks than row tiles),
+          // the rest come from the counter: no block starts without one. (A block that took none
+          // wrote the end into its first slot at once; compute-sanitizer's racecheck flagged that
+          // hand-over in 3 of 6 runs, though the mbarrier orders it.)
+          const int item =
+              n == 0 ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x) + atomicAdd(p.sched.counter, 1);
           if (item >= items) {
             slots[b].q_tile = -1;
             sm90::mbar_arrive(q_full(b));
@@ -260,11 +274,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
           slots[b].first.end = first.end;
           slots[b].first.mask = first.mask;
           slots[b].first.halves = first.halves;
-          sm90::mbar_arrive_expect_tx(q_full(b), L::kQBytes);
-#pragma unroll
-          for (int half = 0; half < L::kHalves; ++half)
-            sm90::tma_load_3d(sq + b * L::kQBytes + half * (L::kRows * 128), &maps.q, 64 * half, head,
-                              tile_row * L::kRows, q_full(b));
+          load_q_tile(sq + b * L::kQBytes, head, tile_row, q_full(b));
           int32_t tile = 0;
           while (cur.valid()) {
             int32_t tiles[L::kSubs];
@@ -281,21 +291,12 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
           }
         }
       }
-      return;
-    }
-  }
-  if constexpr (!kPersistent) {
-    if (wg == 0) {
+    } else {
       const int hk = h / p.group;
-      // Producer: one thread issues every copy; the others give their registers to the consumers.
-      sm90::regs_dec<24>();
       if (threadIdx.x == 0) {
         sm90::tma_prefetch_map(&maps.k);
         sm90::tma_prefetch_map(&maps.v);
-        sm90::mbar_arrive_expect_tx(bar_q, L::kQBytes);
-#pragma unroll
-        for (int half = 0; half < L::kHalves; ++half)
-          sm90::tma_load_3d(sq + half * (L::kRows * 128), &maps.q, 64 * half, h, q_tile * L::kRows, bar_q);
+        load_q_tile(sq, h, q_tile, bar_q);
         TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
         int32_t tile = 0;
         for (int it = 0; cur.valid(); ++it) {
@@ -309,8 +310,8 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
           load_step(&maps.v, sv + s * L::kKVBytes, hk, tiles, full_v(s));
         }
       }
-      return;
     }
+    return;
   }
 
   // Consumers: warpgroup c owns query rows 64 c .. 64 c + 63 of the tile; warp w of it rows
@@ -505,7 +506,8 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
           *reinterpret_cast<uint32_t*>(dst + n * 8) = M::pack(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
       }
       if (t4 == 0)
-        p.lse[head * p.lse_head + row * p.lse_tok] = sum > 0.f ? (rmax[r] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+        p.lse[head * p.lse_head + row * p.lse_tok] =
+            sum > 0.f ? (rmax[r] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
     }
     // This consumer's four warps (1 and 2 are pingpong's turns): their O in shared memory, and
     // (persistent kernel) their reads of the Q buffer and its slot done before the leader frees it.
@@ -606,9 +608,12 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       cur = CachedTileCursor(p.sched.runs, run, run_end, first);
       return 1;
     };
-    auto clear = [&] {
+    auto zero_o = [&] {
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    };
+    auto clear = [&] {
+      zero_o();
       row_max[0] = row_max[1] = -INFINITY;
       row_sum[0] = row_sum[1] = 0.f;
     };
@@ -670,8 +675,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         if constexpr (kBoundary) {
           finish(pv_tile, pv_head, kept_max, kept_sum, sq + pv_buf * L::kQBytes);
           pending = pv_buf;
-#pragma unroll
-          for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+          zero_o();
         } else {
           rescale_o(alpha);
         }
@@ -812,14 +816,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 }
 
 // Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: unset, sm90_overlap, sm90_persistent
-// or sm90_k128 by the schedule (see kIdleShareFor64Keys, kPersistentMeanTiles); "sm90_k128" (the wgmma kernel with S of step j issued
-// beside P V of step j - 1, 128 keys a step; v11), "sm90_k128_pingpong" (that, with the two
-// consumers taking turns to issue), "sm90_overlap" (the same with 64 keys a step, Q in registers,
-// and the tiles idle for a consumer's rows skipped; v6, v12), "sm90_persistent" (sm90_k128 with a
-// block an SM, the row tiles one after another, each one's first S beside the last P V of the
-// tile before; v17), "sm90_pingpong" (64 keys, taking
-// turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a time) or "mma" (the portable
-// mma.sync kernel). Measurements in docs/kernels/NOTES.md.
+// or sm90_k128 by the schedule (default_sm90_forward, kernels.hpp); "sm90_k128" (the wgmma kernel
+// with S of step j issued beside P V of step j - 1, 128 keys a step; v11), "sm90_k128_pingpong"
+// (that, with the two consumers taking turns to issue), "sm90_overlap" (the same with 64 keys a
+// step, Q in registers, and the tiles idle for a consumer's rows skipped; v6, v12),
+// "sm90_persistent" (sm90_k128 with a block an SM, the row tiles one after another, each one's
+// first S beside the last P V of the tile before; v17), "sm90_pingpong" (64 keys, taking turns;
+// v8), "sm90" (the wgmma kernel, one 64-key tile at a time) or "mma" (the portable mma.sync
+// kernel). Measurements in docs/kernels/NOTES.md.
 enum class ForwardChoice {
   mma,
   sm90,
@@ -833,7 +837,8 @@ enum class ForwardChoice {
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
     const std::string s =
-        variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong sm90_persistent");
+        variant_env("LCA_FLEX_FORWARD",
+                    "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong sm90_persistent");
     return s == "mma"                  ? ForwardChoice::mma
            : s == "sm90"               ? ForwardChoice::sm90
            : s == "sm90_overlap"       ? ForwardChoice::sm90_overlap
@@ -895,9 +900,11 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
     case ForwardChoice::sm90_k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
     case ForwardChoice::sm90_persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
     default:
-      if (p.sched.idle_share > kIdleShareFor64Keys) return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
-      if (p.sched.mean_tiles <= kPersistentMeanTiles) return launch_forward_sm90_persistent<T, D>(p, maps, stream);
-      return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
+      switch (default_sm90_forward(p.sched.idle_share, p.sched.mean_tiles)) {
+        case Sm90Forward::skip64: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
+        case Sm90Forward::persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
+        case Sm90Forward::k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
+      }
   }
 }
 

@@ -105,6 +105,13 @@ constexpr float kIdleShareFor64Keys = 0.1f;
 // sliding_window and sliding_window_document (34) -2 to +2%, full and causal (256 at 16K) -2 to
 // -4%. The threshold lies between 18 and 34; not timed closer.
 constexpr float kPersistentMeanTiles = 24.f;
+// The default Hopper forward (LCA_FLEX_FORWARD unset) for a schedule of 128-row tiles.
+enum class Sm90Forward { k128, skip64, persistent };
+constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles) {
+  if (idle_share > kIdleShareFor64Keys) return Sm90Forward::skip64;
+  if (mean_tiles <= kPersistentMeanTiles) return Sm90Forward::persistent;
+  return Sm90Forward::k128;
+}
 // The default Hopper backward's choice (backward_sm90.cuh): the kernel that skips a consumer's
 // idle iterations runs its busy ones ~7% slower than the kernel without the branch (device calls
 // 1-2 of 2026-11-23's ninth session, full and causal at 16K-32K); it runs where more than this

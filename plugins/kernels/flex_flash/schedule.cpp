@@ -334,6 +334,10 @@ double idle_share(const TileSchedule& s) {
   return tiles > 0 ? double(s.idle_halves) / (2.0 * double(tiles)) : 0.0;
 }
 
+double mean_tiles(const TileSchedule& s) {
+  return s.row_tiles > 0 ? double(s.full_tiles + s.partial_tiles) / double(s.row_tiles) : 0.0;
+}
+
 namespace {
 
 // When the last of `costs` ends if they start in order on `slots` SMs, each taking the next one

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <random>
 #include <set>
 #include <tuple>
@@ -337,26 +338,36 @@ TEST(FlexSchedule, BackwardPairsTheKeyTilesOfCausalMasks) {
   }
 }
 
-// Over the builtin patterns at their default parameters and 1K-16K: the idle share of the 128-row
-// schedule (forward or backward) passes the launcher's threshold (kIdleShareFor64Keys,
-// kIdleShareForSkip) exactly where `skipping` says; block_sparse's is a third at every length.
-void expect_skipping(bool by_query, double threshold, const std::set<std::pair<std::string, int64_t>>& skipping) {
+// Calls fn(name, seqlen, schedule of 128-row tiles) for every builtin pattern at its default
+// parameters and each of `seqlens`.
+template <class Fn>
+void for_each_builtin(bool by_query, std::initializer_list<int64_t> seqlens, Fn fn) {
   auto& p = BuiltinProvider::instance();
   for (const char* name : {"full", "causal", "full_document", "causal_document", "sliding_window",
                            "sliding_window_causal", "sliding_window_document", "shared_question", "causal_blockwise",
                            "prefix_lm_causal", "prefix_lm_document", "global_sliding", "block_causal_document",
                            "block_sparse"}) {
-    for (int64_t seqlen : {int64_t{1024}, int64_t{2048}, int64_t{4096}, int64_t{16384}}) {
+    for (const int64_t seqlen : seqlens) {
       auto g = p.generate(name, "{}", seqlen, 42);
       ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
-      const double share = lca_flex_flash::idle_share(build_schedule(*g.mask, by_query, 128));
-      if (std::string(name) == "block_sparse") {
-        EXPECT_NEAR(share, 1.0 / 3.0, 0.05) << seqlen;
-      } else {
-        EXPECT_EQ(share > threshold, skipping.count({name, seqlen}) == 1) << name << " " << seqlen << ": " << share;
-      }
+      fn(std::string(name), seqlen, build_schedule(*g.mask, by_query, 128));
     }
   }
+}
+
+// Over the builtin patterns at their default parameters and 1K-16K: the idle share of the 128-row
+// schedule (forward or backward) passes the launcher's threshold (kIdleShareFor64Keys,
+// kIdleShareForSkip) exactly where `skipping` says; block_sparse's is a third at every length.
+void expect_skipping(bool by_query, double threshold, const std::set<std::pair<std::string, int64_t>>& skipping) {
+  for_each_builtin(by_query, {1024, 2048, 4096, 16384}, [&](const std::string& name, int64_t seqlen,
+                                                              const TileSchedule& s) {
+    const double share = lca_flex_flash::idle_share(s);
+    if (name == "block_sparse") {
+      EXPECT_NEAR(share, 1.0 / 3.0, 0.05) << seqlen;
+    } else {
+      EXPECT_EQ(share > threshold, skipping.count({name, seqlen}) == 1) << name << " " << seqlen << ": " << share;
+    }
+  });
 }
 
 // The default Hopper forward takes the 64-key kernel that skips idle tile halves where more than
@@ -372,7 +383,7 @@ TEST(FlexSchedule, IdleHalvesPickTheSkippingForwardForBlockSparseAndShortWindows
 }
 
 // The default Hopper forward takes the persistent kernel where it does not take the 64-key one
-// and row tiles see at most kPersistentMeanTiles 64-key tiles on average (forward_sm90.cuh). Of
+// and row tiles see at most kPersistentMeanTiles 64-key tiles on average (default_sm90_forward). Of
 // the builtin patterns at their default parameters and 4K-64K that is sliding_window_causal
 // (1025 keys a row: 18 tiles) and, at 4K, where the windows are 512 and the documents short, the
 // other windows and block_causal_document (16-17 tiles); the rest keep the 128-key kernel
@@ -381,21 +392,13 @@ TEST(FlexSchedule, ShortRowTilesPickThePersistentForward) {
   const std::set<std::pair<std::string, int64_t>> persistent = {
       {"sliding_window", 4096}, {"sliding_window_causal", 4096}, {"sliding_window_causal", 16384},
       {"sliding_window_causal", 65536}, {"sliding_window_document", 4096}, {"block_causal_document", 4096}};
-  auto& p = BuiltinProvider::instance();
-  for (const char* name : {"full", "causal", "full_document", "causal_document", "sliding_window",
-                           "sliding_window_causal", "sliding_window_document", "shared_question", "causal_blockwise",
-                           "prefix_lm_causal", "prefix_lm_document", "global_sliding", "block_causal_document",
-                           "block_sparse"}) {
-    for (int64_t seqlen : {int64_t{4096}, int64_t{16384}, int64_t{65536}}) {
-      auto g = p.generate(name, "{}", seqlen, 42);
-      ASSERT_EQ(g.status, LCA_OK) << name << ": " << g.error;
-      const TileSchedule s = build_schedule(*g.mask, /*by_query=*/true, 128);
-      const double mean_tiles = double(s.full_tiles + s.partial_tiles) / double(s.row_tiles);
-      const bool picked = lca_flex_flash::idle_share(s) <= lca_flex_flash::kIdleShareFor64Keys &&
-                          mean_tiles <= lca_flex_flash::kPersistentMeanTiles;
-      EXPECT_EQ(picked, persistent.count({name, seqlen}) == 1) << name << " " << seqlen << ": " << mean_tiles;
-    }
-  }
+  for_each_builtin(/*by_query=*/true, {4096, 16384, 65536}, [&](const std::string& name, int64_t seqlen,
+                                                                 const TileSchedule& s) {
+    const double tiles = lca_flex_flash::mean_tiles(s);
+    const bool picked = lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s), tiles) ==
+                        lca_flex_flash::Sm90Forward::persistent;
+    EXPECT_EQ(picked, persistent.count({name, seqlen}) == 1) << name << " " << seqlen << ": " << tiles;
+  });
 }
 
 // The default Hopper backward takes the kernel whose consumers skip their idle iterations where

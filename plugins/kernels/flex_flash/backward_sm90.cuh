@@ -204,7 +204,10 @@ __global__ void __launch_bounds__(384, 1)
   }
 
   sm90::regs_inc<240>();
-  const int c = wg - 1;  // keys 64 c .. 64 c + 63 of the tile
+  // Keys 64 c .. 64 c + 63 of the tile. In the skip kernel c goes through redux.sync, which ptxas
+  // takes as warp-uniform: its descriptors then sit in uniform registers (block_sparse +3-4%); in
+  // the other kernel the same made full and causal ~2% slower (A/B, NOTES v18).
+  const int c = kSkipIdle ? static_cast<int>(__reduce_min_sync(0xffffffffu, wg - 1)) : wg - 1;
   const int warp = warp_all & 3, g = lane >> 2, t4 = lane & 3;
   const int key0 = 64 * c + 16 * warp;  // this warp's first key in the tile (rows g, g + 8)
 

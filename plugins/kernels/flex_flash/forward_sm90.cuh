@@ -242,12 +242,12 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         sm90::tma_prefetch_map(&maps.q);
         sm90::tma_prefetch_map(&maps.k);
         sm90::tma_prefetch_map(&maps.v);
-        const int items = p.sched.row_tiles * p.heads_q;
+        const int busy = p.sched.busy_tiles, items = busy * p.heads_q;
         int kit = 0, vit = 0;
         for (int n = 0;; ++n) {
           const int b = n & 1;
           if (n >= 2) sm90::mbar_wait(q_empty(b), ((n >> 1) - 1) & 1);
-          // The first row tile is the block's own (the grid has no more blocks than row tiles),
+          // The first row tile is the block's own (the grid has no more blocks than busy items),
           // the rest come from the counter: no block starts without one. (A block that took none
           // wrote the end into its first slot at once; compute-sanitizer's racecheck flagged that
           // hand-over in 3 of 6 runs, though the mbarrier orders it.)
@@ -258,17 +258,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
             sm90::mbar_arrive(q_full(b));
             break;
           }
-          const int32_t tile_row = p.sched.order[item % p.sched.row_tiles];
-          const int head = item / p.sched.row_tiles, head_kv = head / p.group;
+          // Only row tiles with runs: launch_forward_sm90_persistent writes the others' rows.
+          const int32_t tile_row = p.sched.order[item % busy];
+          const int head = item / busy, head_kv = head / p.group;
           TileCursor cur(p.sched.runs, p.sched.run_offsets, tile_row);
           slots[b].q_tile = tile_row;
           slots[b].head = head;
           slots[b].run = cur.run;
           slots[b].run_end = cur.run_end;
-          if (!cur.valid()) {  // rows that see nothing: no Q to load, the consumers write zeros
-            sm90::mbar_arrive(q_full(b));
-            continue;
-          }
           const TileRun first = p.sched.runs[cur.run];
           slots[b].first.begin = first.begin;
           slots[b].first.end = first.end;
@@ -317,7 +314,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   // Consumers: warpgroup c owns query rows 64 c .. 64 c + 63 of the tile; warp w of it rows
   // 16 w .. 16 w + 15 (the wgmma row layout), and a thread rows g and g + 8 of those.
   sm90::regs_inc<240>();
-  const int c = wg - 1;
+  const int c = __reduce_min_sync(0xffffffffu, wg - 1);  // uniform to ptxas: descriptors in uniform registers
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int row0 = 64 * c + 16 * warp;  // first row of this warp in the tile
@@ -480,6 +477,9 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   // store is committed, not waited for: the consumer's first thread waits (bulk_wait_read) before
   // the buffer is written again or the block ends.
   auto finish = [&](int32_t tile_row, int head, const float (&rmax)[2], const float (&rsum)[2], uint32_t q_buf) {
+    // The warp's lanes read its Q rows (ldmatrix, 64-key kernels) before other lanes write O there:
+    // racecheck flags that pair in the 64-key kernels unless the warp syncs between them.
+    __syncwarp();
     T* o_base = static_cast<T*>(p.o) + head * p.o_head;
     const int64_t q0 = int64_t{tile_row} * L::kRows;
 #pragma unroll
@@ -568,10 +568,15 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     }
   };
   if constexpr (kPersistent) {
-    // The persistent consumer: the block's row tiles as one stream of steps. The first step of a
-    // row tile issues its S beside the last P V of the tile before; that tile's O leaves (finish)
-    // once the P V is done, after the new tile's softmax. Only where a row tile sees nothing or the
-    // block's tiles end does the stream stop (a last P V alone) and start again (a first S alone).
+    // The persistent consumer: the block's row tiles (all with runs) as one stream of steps. The
+    // first step of a row tile issues its S beside the last P V of the tile before; that tile's O
+    // leaves (finish) once the P V is done, after the new tile's softmax. The stream starts with a
+    // first S alone and ends with a last P V alone.
+    // The loop state (ring slots, cursor, Q buffer) stays warp-uniform, so ptxas keeps it in
+    // uniform registers as in sm90_k128's loop: the slot's fields are read through redux.sync, and
+    // there is no path back to the loop's start but the next step. With a second back edge (a
+    // path for rows that see nothing) the step took 41 more instructions (ncu, full at 16K), the
+    // descriptors of every wgmma computed in vector registers (NOTES v18).
     const bool leader = (threadIdx.x & 127) == 0;
     RingSlot<L::kKStages> kx;
     RingSlot<L::kVStages> vx, vprev;
@@ -589,48 +594,33 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         pending = -1;
       }
     };
-    // The next row tile: 1 when it has steps (q_tile, h, q_buf and cur are its), 0 when it sees
-    // nothing (likewise), -1 when the block has no more. The buffer waited on is the one the
-    // tile before last was stored from: it is given back first.
-    auto take_tile = [&]() -> int {
+    // The next row tile: true when there is one (q_tile, h, q_buf and cur are its), false when
+    // the block has no more. The buffer waited on is the one the tile before last was stored
+    // from: it is given back first.
+    auto take_tile = [&]() -> bool {
       release_pending();
       const int b = taken & 1;
       sm90::mbar_wait(q_full(b), (taken >> 1) & 1);
       ++taken;
       const volatile PersistentSlot& slot = slots[b];
-      if (slot.q_tile < 0) return -1;
-      q_tile = slot.q_tile;
-      h = slot.head;
+      auto uniform = [](int32_t v) { return __reduce_min_sync(0xffffffffu, v); };  // one value a warp
+      const int32_t tile = uniform(slot.q_tile);
+      if (tile < 0) return false;
+      q_tile = tile;
+      h = uniform(slot.head);
       q_buf = b;
-      const int32_t run = slot.run, run_end = slot.run_end;
-      if (run == run_end) return 0;
-      const TileRun first{slot.first.begin, slot.first.end, slot.first.mask, slot.first.halves};
-      cur = CachedTileCursor(p.sched.runs, run, run_end, first);
-      return 1;
+      const TileRun first{uniform(slot.first.begin), uniform(slot.first.end), uniform(slot.first.mask),
+                          uniform(slot.first.halves)};
+      cur = CachedTileCursor(p.sched.runs, uniform(slot.run), uniform(slot.run_end), first);
+      return true;
     };
     auto zero_o = [&] {
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
     };
-    auto clear = [&] {
-      zero_o();
-      row_max[0] = row_max[1] = -INFINITY;
-      row_sum[0] = row_sum[1] = 0.f;
-    };
     float kept_max[2], kept_sum[2];  // the row statistics of the tile whose last P V is in flight
-    int status = take_tile();
-    while (status >= 0) {
-      if (status == 0) {
-        // Rows that see nothing: O = 0, LSE = -inf, through the buffer like any tile's.
-        release_pending();
-        clear();
-        finish(q_tile, h, row_max, row_sum, sq + q_buf * L::kQBytes);
-        pending = q_buf;
-        status = take_tile();
-        continue;
-      }
+    if (take_tile()) {
       // The stream's first step: S alone.
-      clear();
       sm90::mbar_wait(pk_full(kx.stage), kx.phase);
       issue_s(kx.stage, q_buf);
       const RowBits bits0 = row_bits(take_step());
@@ -688,11 +678,10 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         pv_tile = q_tile;
         pv_head = h;
         pv_buf = q_buf;
-        status = take_tile();
-        if (status != 1) break;
+        if (!take_tile()) break;
         step.template operator()<true>();
       }
-      // The stream stops: its last P V alone, and that tile's O.
+      // The stream ends: its last P V alone, and that tile's O.
       sm90::mbar_wait(pv_full(vprev.stage), vprev.phase);
       issue_pv(vprev.stage);
       sm90::wgmma_wait<0>();
@@ -862,18 +851,41 @@ void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaS
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
 }
 
-// The persistent kernel: a block an SM (at most one a row tile and head), its row tiles from a
-// counter zeroed here.
+// The rows of the row tiles that see nothing (order's last row_tiles - busy_tiles): O = 0 and
+// LSE = -inf. A block a (row tile, head), a thread a row.
+template <class T, int D>
+__global__ void __launch_bounds__(128) empty_rows_kernel(const FwdParams p) {
+  const int32_t tile = p.sched.order[p.sched.busy_tiles + static_cast<int32_t>(blockIdx.x)];
+  const int head = static_cast<int>(blockIdx.y);
+  for (int r = threadIdx.x; r < p.sched.tile_rows; r += blockDim.x) {
+    const int64_t row = int64_t{tile} * p.sched.tile_rows + r;
+    if (row >= p.seqlen_q) break;
+    T* dst = static_cast<T*>(p.o) + head * p.o_head + row * p.o_tok;
+#pragma unroll 8
+    for (int d = 0; d < D; ++d) dst[d] = static_cast<T>(0.f);
+    p.lse[head * p.lse_head + row * p.lse_tok] = -INFINITY;
+  }
+}
+
+// The persistent kernel: a block an SM (at most one a busy row tile and head), its row tiles
+// from a counter zeroed here. The row tiles that see nothing are not its: empty_rows_kernel
+// writes them, so that its consumers' loop has no path for them (see the consumer).
 template <class T, int D>
 void launch_forward_sm90_persistent(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
   using L = Sm90PersistentLayout<T, D>;
   static_assert(L::kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
+  if (p.sched.busy_tiles < p.sched.row_tiles) {
+    const dim3 grid(static_cast<unsigned>(p.sched.row_tiles - p.sched.busy_tiles), static_cast<unsigned>(p.heads_q));
+    empty_rows_kernel<T, D><<<grid, 128, 0, stream>>>(p);
+    LCA_FLEX_CHECK_LAUNCH("flex_flash empty_rows_kernel");
+  }
+  const int64_t items = int64_t{p.sched.busy_tiles} * p.heads_q;
+  if (items == 0) return;
   constexpr auto kernel = forward_sm90_kernel<T, D, true, false, 2 * kTile, true>;
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
   int device = 0, sms = 0;
   LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
   LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t items = int64_t{p.sched.row_tiles} * p.heads_q;
   const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
   LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t), stream));
   kernel<<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);

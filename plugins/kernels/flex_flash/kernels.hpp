@@ -31,6 +31,7 @@ struct DeviceSchedule {
   const BwdItem* items = nullptr;  // backward only: the Hopper backward's blocks (backward_items)
   int32_t item_count = 0;
   int32_t* counter = nullptr;  // forward only: the persistent kernel's next row tile (zeroed a launch)
+  int32_t busy_tiles = 0;      // row tiles with runs: order's first busy_tiles (the rest see nothing)
 };
 
 struct FwdParams {
@@ -99,11 +100,12 @@ BwdPairing backward_pairing();
 constexpr float kIdleShareFor64Keys = 0.1f;
 // ... and among the rest (forward_sm90.cuh), the persistent kernel where row tiles see at most
 // this many 64-key tiles on average: it saves each row tile its Q load, a lone S and softmax, a
-// lone P V and a block launch (~2.5 us of a sliding_window_causal tile's 18), but its steps ran
-// ~5% slower than sm90_k128's on the full mask (ncu: 9% more instructions; not traced to a cause,
-// NOTES v17). Measured (H100, A/B in turns): sliding_window_causal (18 tiles) +4-8%,
-// sliding_window and sliding_window_document (34) -2 to +2%, full and causal (256 at 16K) -2 to
-// -4%. The threshold lies between 18 and 34; not timed closer.
+// lone P V and a block launch (~2.5 us of a sliding_window_causal tile's 18), but its steps run
+// ~2% slower than sm90_k128's on the full mask (ncu: 4% more instructions, NOTES v18; 9% before
+// its loop state was made warp-uniform). Measured (H100, A/B in turns, v18): sliding_window_causal
+// (18 tiles) +12-16%, sliding_window and sliding_window_document (32-34) -1 to +6%, full and
+// causal (256 at 16K) -1 to -3%, shared_question -3 to -6%. The threshold lies between 18 and 34;
+// not timed closer.
 constexpr float kPersistentMeanTiles = 24.f;
 // The default Hopper forward (LCA_FLEX_FORWARD unset) for a schedule of 128-row tiles.
 enum class Sm90Forward { k128, skip64, persistent };

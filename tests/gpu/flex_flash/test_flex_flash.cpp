@@ -61,6 +61,12 @@ std::vector<lca_slice> mask_shared_rows(int64_t s) {
           slice(0, 100, 0, 100, LCA_SLICE_INV_CAUSAL), slice(50, 50, 0, s, LCA_SLICE_FULL)};
 }
 
+// Whole 128-row tiles that see nothing (rows 0-299 and 700-899) between busy ones: the persistent
+// forward leaves those tiles to empty_rows_kernel, which must write O = 0 and LSE = -inf.
+std::vector<lca_slice> mask_with_empty_tiles(int64_t s) {
+  return {slice(300, 700, 0, 700, LCA_SLICE_CAUSAL), slice(900, s, 0, s / 2, LCA_SLICE_FULL)};
+}
+
 std::vector<Problem> hand_cases() {
   const int32_t bf = LCA_DTYPE_BF16, hf = LCA_DTYPE_F16;
   return {
@@ -78,6 +84,7 @@ std::vector<Problem> hand_cases() {
       make("inv_bi_causal_1000_gqa1_d64_bf16", 1000, 1000, 2, 2, 64, bf, mask_inv_bi(1000, 1000)),
       make("empty_rows_257_gqa2_d64_bf16", 257, 257, 4, 2, 64, bf, mask_with_empty_rows(257)),
       make("empty_rows_1000_gqa3_d128_f16", 1000, 1000, 6, 2, 128, hf, mask_with_empty_rows(1000)),
+      make("empty_tiles_1100_gqa2_d128_bf16", 1100, 1100, 4, 2, 128, bf, mask_with_empty_tiles(1100)),
       make("shared_rows_777_gqa2_d128_bf16", 777, 777, 4, 2, 128, bf, mask_shared_rows(777)),
       make("shared_rows_300_gqa1_d64_f16", 300, 300, 2, 2, 64, hf, mask_shared_rows(300)),
   };

@@ -12,7 +12,8 @@
 // persistent variant a block an SM walks row tiles one after another (Q double-buffered, K and V
 // in rings of their own), and the first S of a row tile is issued beside the last P V of the one
 // before, so that a short row tile (a sliding window's) no longer pays its Q load, a lone S and
-// softmax, a lone P V and a block launch.
+// softmax, a lone P V and a block launch (its row tiles that see nothing are written apart, by
+// empty_rows_kernel).
 // Used by launch_*.cu through run_forward<T, D> (forward.cuh) unless LCA_FLEX_FORWARD=mma, where
 // the GPU is sm_90 and the schedule has 128-row tiles.
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;

@@ -52,12 +52,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.bits = upload(s.bits, exec, "the partial-tile bitmasks");
   u.order = upload(s.order, exec, "the tile order");
   u.row_tiles = s.row_tiles;
-  // order puts the row tiles that see nothing (no runs, no cost) last: the persistent forward
-  // takes order's first busy_tiles and writes the rest's rows apart.
-  auto busy = [&](int32_t t) { return s.run_offsets[t] < s.run_offsets[t + 1]; };
-  while (u.busy_tiles < s.row_tiles && busy(s.order[u.busy_tiles])) ++u.busy_tiles;
-  for (int32_t i = u.busy_tiles; i < s.row_tiles; ++i)
-    require(!busy(s.order[i]), LCA_ERR_INTERNAL, "flex_flash: the tile order puts a row tile with work after one without");
+  u.busy_tiles = s.busy_tiles;
   u.tile_rows = s.tile_rows;
   u.idle_share = static_cast<float>(idle_share(s));
   u.mean_tiles = static_cast<float>(mean_tiles(s));

@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         sm90::tma_prefetch_map(&maps.k);
         sm90::tma_prefetch_map(&maps.v);
         const int busy = p.sched.busy_tiles, items = busy * p.heads_q;
-        int kit = 0, vit = 0;
+        int step = 0;  // the block's steps so far: K's and V's ring places
         for (int n = 0;; ++n) {
           const int b = n & 1;
           if (n >= 2) sm90::mbar_wait(q_empty(b), ((n >> 1) - 1) & 1);
@@ -277,15 +277,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
           while (cur.valid()) {
             int32_t tiles[L::kSubs];
             step_tiles(cur, tile, tiles);
-            const int ks = kit % L::kKStages, vs = vit % L::kVStages;
-            if (kit >= L::kKStages) sm90::mbar_wait(pk_empty(ks), ((kit / L::kKStages) - 1) & 1);
+            const int ks = step % L::kKStages, vs = step % L::kVStages;
+            if (step >= L::kKStages) sm90::mbar_wait(pk_empty(ks), ((step / L::kKStages) - 1) & 1);
             sm90::mbar_arrive_expect_tx(pk_full(ks), L::kKVBytes);
             load_step(&maps.k, sk + ks * L::kKVBytes, head_kv, tiles, pk_full(ks));
-            if (vit >= L::kVStages) sm90::mbar_wait(pv_empty(vs), ((vit / L::kVStages) - 1) & 1);
+            if (step >= L::kVStages) sm90::mbar_wait(pv_empty(vs), ((step / L::kVStages) - 1) & 1);
             sm90::mbar_arrive_expect_tx(pv_full(vs), L::kKVBytes);
             load_step(&maps.v, sv + vs * L::kKVBytes, head_kv, tiles, pv_full(vs));
-            ++kit;
-            ++vit;
+            ++step;
           }
         }
       }
@@ -524,16 +523,9 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       }
     }
   };
-  // A tile's place in the ring: its stage and the phase of that stage's barriers, stepped along
-  // with the tiles (no division by the stage count in the loop).
-  struct Slot {
-    int stage = 0;
-    uint32_t phase = 0;
-  };
-  auto next_slot = [](Slot x) {
-    if (++x.stage == L::kStages) x = Slot{0, x.phase ^ 1u};
-    return x;
-  };
+  // A tile's place in the K-and-V ring of the non-persistent kernels, stepped along with the tiles
+  // (no division by the stage count in the loop).
+  using Slot = RingSlot<L::kStages>;
 
   CachedTileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
   // The masks of a step's tiles, moving the cursor past them (called where the cursor is valid:
@@ -694,7 +686,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     release_pending();  // the block's shared memory stays until the TMA unit has read the last O
   } else if constexpr (!kOverlap) {
     // One tile at a time: S, softmax, P V, each waited for.
-    for (Slot x; cur.valid(); x = next_slot(x)) {
+    for (Slot x; cur.valid(); x.next()) {
       const int s = x.stage;
       sm90::mbar_wait(full_k(s), x.phase);
       issue_s(s);
@@ -734,7 +726,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       sm90::mbar_wait(full_k(x.stage), x.phase);
       sm90::mbar_wait(full_v(x.stage), x.phase);
       sm90::mbar_arrive(empty(x.stage));
-      x = next_slot(x);
+      x.next();
     };
     while (cur.valid()) {
       if (idle_here()) {
@@ -753,7 +745,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       rescale_o(alpha);
       pack_p();
       Slot prev = x;
-      x = next_slot(x);
+      x.next();
       // Whether the stretch goes on, past the idle tiles it may hold across (kSkip).
       auto stretch_goes_on = [&] {
         if constexpr (kSkip) {
@@ -785,7 +777,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         rescale_o(alpha);
         pack_p();
         prev = x;
-        x = next_slot(x);
+        x.next();
       }
       sm90::mbar_wait(full_v(prev.stage), prev.phase);
       take_turn();

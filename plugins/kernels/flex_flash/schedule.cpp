@@ -314,6 +314,8 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
   s.order.resize(static_cast<size_t>(s.row_tiles));
   std::iota(s.order.begin(), s.order.end(), 0);
   std::stable_sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) { return cost[a] > cost[b]; });
+  // A row tile has runs exactly where it has cost, so the sort put those without last.
+  for (int32_t t = 0; t < s.row_tiles; ++t) s.busy_tiles += s.run_offsets[t] < s.run_offsets[t + 1];
   return s;
 }
 

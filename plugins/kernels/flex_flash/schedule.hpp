@@ -36,6 +36,7 @@ struct TileSchedule {
   std::vector<TileRun> runs;
   std::vector<uint64_t> bits;   // tile_rows words per distinct partial-tile bitmask
   std::vector<int32_t> order;   // row tiles, most tiles first (the launch order)
+  int32_t busy_tiles = 0;       // row tiles with runs: order's first busy_tiles, the rest see nothing
   int64_t full_tiles = 0, partial_tiles = 0;
   int64_t idle_halves = 0;  // 64-row halves of tiles that see nothing (the idle bits set, summed)
 };

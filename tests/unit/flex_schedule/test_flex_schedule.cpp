@@ -131,6 +131,9 @@ void expect_exact(const lca_mask& m, const std::string& label) {
     std::vector<int32_t> sorted = s.order;
     std::sort(sorted.begin(), sorted.end());
     for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(sorted[t], t) << "the order is not a permutation";
+    // The row tiles with runs come first (the persistent forward takes order's first busy_tiles).
+    for (int32_t i = 0; i < s.row_tiles; ++i)
+      ASSERT_EQ(i < s.busy_tiles, s.run_offsets[s.order[i]] < s.run_offsets[s.order[i] + 1]) << "order position " << i;
     if (!by_query)
       for (auto [heads_kv, slots, pairing] : {std::tuple{8, 132, BwdPairing::kAuto}, std::tuple{1, 3, BwdPairing::kAuto},
                                               std::tuple{2, 132, BwdPairing::kNone}, std::tuple{2, 132, BwdPairing::kAll}}) {

@@ -3,9 +3,9 @@
 # GPU tests, then a matrix of flex_flash beside cudnn_sdpa. Usage:
 #   tools/flex_dev.sh [MATRIX] [extra lcahost args...]     (SKIP_TESTS=1 to time only,
 #                                                          SKIP_BUILD=1 to reuse build-gpu)
-# The matrix runs the kernels that LCA_FLEX_FORWARD (unset: sm90_k128, sm90_persistent or
-# sm90_overlap by the schedule on Hopper; sm90_k128, sm90_persistent, sm90_k128_pingpong,
-# sm90_overlap, sm90_pingpong, sm90, mma)
+# The matrix runs the kernels that LCA_FLEX_FORWARD (unset: sm90_k128, sm90_persistent, sm90_pair
+# or sm90_overlap by the schedule on Hopper; sm90_k128, sm90_persistent, sm90_pair,
+# sm90_k128_pingpong, sm90_overlap, sm90_pingpong, sm90, mma)
 # and LCA_FLEX_BACKWARD (sm90 by default on Hopper, sm90_paired, sm90_unpaired, sm90_skip, sm90_noskip, sm90_atomic, mma)
 # name (see plugins/kernels/flex_flash/*_sm90.cuh); the tests run every variant.
 # Logs and results land in $OUT (or ./results).
@@ -30,7 +30,7 @@ if command -v cuobjdump > /dev/null; then
 fi
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # The GPU tests through every kernel variant (LCA_FLEX_FORWARD, LCA_FLEX_BACKWARD), one log each.
-  for variant in LCA_FLEX_DEFAULT=1 LCA_FLEX_FORWARD=sm90_k128 LCA_FLEX_FORWARD=sm90_persistent \
+  for variant in LCA_FLEX_DEFAULT=1 LCA_FLEX_FORWARD=sm90_k128 LCA_FLEX_FORWARD=sm90_persistent LCA_FLEX_FORWARD=sm90_pair \
                  LCA_FLEX_FORWARD=sm90_k128_pingpong LCA_FLEX_FORWARD=sm90_overlap \
                  LCA_FLEX_FORWARD=sm90_pingpong LCA_FLEX_FORWARD=sm90 \
                  LCA_FLEX_BACKWARD=mma LCA_FLEX_BACKWARD=sm90_atomic LCA_FLEX_BACKWARD=sm90_paired \

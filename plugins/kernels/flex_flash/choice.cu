@@ -26,6 +26,10 @@ double wide_tile_speedup(bool forward) {
   return dev::sm90_backward_available() ? kSm90Backward / kMma64Backward : kMmaWideOverNarrow;
 }
 
+bool pair_forward(double idle_share, double mean_tiles, int32_t group) {
+  return dev::pair_forward_wanted(idle_share, mean_tiles, group);
+}
+
 BwdPairing backward_pairing() {
   const std::string& v = dev::backward_variant();
   if (v == "sm90_unpaired" || v == "sm90_atomic") return BwdPairing::kNone;

@@ -132,7 +132,10 @@ class FlexFlash final : public lca::IKernel {
       b.items = backward_items(b.sched, pr.heads_kv, pr.heads_q / pr.heads_kv, sms, pairing);
       return b;
     });
-    const TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
+    TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
+    if (fwd.tile_rows == kFwdRows &&
+        pair_forward(idle_share(fwd), mean_tiles(fwd), static_cast<int32_t>(pr.heads_q / pr.heads_kv)))
+      fwd = build_schedule(mask, /*by_query=*/true, kTile);
     plan->fwd = upload(fwd, exec);
     plan->fwd.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");
     const Bwd b = bwd.get();

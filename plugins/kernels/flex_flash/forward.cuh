@@ -199,10 +199,11 @@ void launch_forward_tiles(const FwdParams& p, cudaStream_t stream) {
 }
 
 // The block's rows follow the schedule's tile rows (64 or 128); 128-row tiles take the wgmma
-// kernel on Hopper.
+// kernel on Hopper, and so do 64-row tiles where the group is even (the pair kernel).
 template <class T, int D>
 void run_forward(const FwdParams& p, cudaStream_t stream) {
-  if (p.sched.tile_rows == Sm90Layout<T, D>::kRows && sm90_available()) launch_forward_sm90<T, D>(p, stream);
+  const bool sm90_rows = p.sched.tile_rows == Sm90Layout<T, D>::kRows || (p.sched.tile_rows == 64 && p.group % 2 == 0);
+  if (sm90_rows && sm90_available()) launch_forward_sm90<T, D>(p, stream);
   else if (p.sched.tile_rows == 64) launch_forward_tiles<T, D, 1>(p, stream);
   else launch_forward_tiles<T, D, 2>(p, stream);
 }

@@ -13,9 +13,11 @@
 // in rings of their own), and the first S of a row tile is issued beside the last P V of the one
 // before, so that a short row tile (a sliding window's) no longer pays its Q load, a lone S and
 // softmax, a lone P V and a block launch (its row tiles that see nothing are written apart, by
-// empty_rows_kernel).
+// empty_rows_kernel); in the pair variant (64-key overlapped steps on 64-row tiles) the two
+// consumers take the same 64 query rows of two heads that share K and V, so that a mask that
+// changes within 128 rows (block_sparse's 64-token blocks) leaves neither with idle tiles.
 // Used by launch_*.cu through run_forward<T, D> (forward.cuh) unless LCA_FLEX_FORWARD=mma, where
-// the GPU is sm_90 and the schedule has 128-row tiles.
+// the GPU is sm_90 and the schedule has 128-row tiles, or 64-row tiles and an even group (pair).
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
 // rows that see nothing get O = 0, LSE = -inf.
 #pragma once
@@ -140,7 +142,8 @@ struct RingSlot {
 // its keys are loaded again from the step's previous tile and masked out entirely.
 constexpr int32_t kAbsentTile = -2;
 
-template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, bool kPersistent = false>
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, bool kPersistent = false,
+          bool kPair = false>
 __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = std::conditional_t<kPersistent, Sm90PersistentLayout<T, D>,
@@ -148,10 +151,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   static_assert(kKeys == kTile || (kKeys == 2 * kTile && kOverlap), "128-key steps: overlap kernels only");
   static_assert(!kPersistent || (kOverlap && !kPingpong && kKeys == 2 * kTile),
                 "persistent: the 128-key overlap kernel");
+  static_assert(!kPair || (kOverlap && !kPingpong && kKeys == kTile && !kPersistent),
+                "pair: the 64-key overlap kernel");
   // 128-key steps take S = Q K^T with Q from shared memory (SS): Q's 32 registers would not fit
   // beside S (64), P (32) and O (64) of the wider step.
   constexpr bool kQInSmem = kKeys > kTile;
-  constexpr bool kSkip = forward_skips<kOverlap, kPingpong, kKeys>();
+  constexpr bool kSkip = forward_skips<kOverlap, kPingpong, kKeys>() && !kPair;
+  // Rows of a schedule tile: the pair kernel's two consumers take the same 64 rows of two heads.
+  constexpr int kTileRows = kPair ? kTile : L::kRows;
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -172,9 +179,10 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   volatile PersistentSlot* slots =
       reinterpret_cast<volatile PersistentSlot*>(smem_raw + (base - raw) + L::kItemOffset);
 
-  // The row tile and head of the block (persistent: of the tile being computed).
+  // The row tile and head of the block (persistent: of the tile being computed; pair: the first
+  // of its two heads, and then each consumer's own).
   int32_t q_tile = kPersistent ? 0 : p.sched.order[blockIdx.x];
-  int h = kPersistent ? 0 : static_cast<int>(blockIdx.y);
+  int h = kPersistent ? 0 : (kPair ? 2 : 1) * static_cast<int>(blockIdx.y);
   const int wg = threadIdx.x >> 7;
   if (threadIdx.x == 0) {
     if constexpr (kPersistent) {
@@ -221,6 +229,17 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 #pragma unroll
     for (int half = 0; half < L::kHalves; ++half)
       sm90::tma_load_3d(dst + half * (L::kRows * 128), &maps.q, 64 * half, head, tile_row * L::kRows, bar);
+  };
+  // The pair kernel's: rows of one 64-row tile of heads head and head + 1, each into the rows of
+  // the consumer that computes it (maps.q has 64-row boxes there).
+  auto load_q_pair = [&](uint32_t dst, int head, int32_t tile_row, uint32_t bar) {
+    sm90::mbar_arrive_expect_tx(bar, L::kQBytes);
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair)
+#pragma unroll
+      for (int half = 0; half < L::kHalves; ++half)
+        sm90::tma_load_3d(dst + half * (L::kRows * 128) + pair * (64 * 128), &maps.q, 64 * half, head + pair,
+                          tile_row * kTile, bar);
   };
   auto load_step = [&](const CUtensorMap* map, uint32_t dst, int head_kv, const int32_t (&tiles)[L::kSubs],
                        uint32_t bar) {
@@ -293,7 +312,8 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       if (threadIdx.x == 0) {
         sm90::tma_prefetch_map(&maps.k);
         sm90::tma_prefetch_map(&maps.v);
-        load_q_tile(sq, h, q_tile, bar_q);
+        if constexpr (kPair) load_q_pair(sq, h, q_tile, bar_q);
+        else load_q_tile(sq, h, q_tile, bar_q);
         TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
         int32_t tile = 0;
         for (int it = 0; cur.valid(); ++it) {
@@ -311,13 +331,17 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     return;
   }
 
-  // Consumers: warpgroup c owns query rows 64 c .. 64 c + 63 of the tile; warp w of it rows
+  // Consumers: warpgroup c owns query rows 64 c .. 64 c + 63 of the tile (pair: the tile's 64
+  // rows of head h + c, in the same place of the Q buffer); warp w of it rows
   // 16 w .. 16 w + 15 (the wgmma row layout), and a thread rows g and g + 8 of those.
   sm90::regs_inc<240>();
   const int c = __reduce_min_sync(0xffffffffu, wg - 1);  // uniform to ptxas: descriptors in uniform registers
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int row0 = 64 * c + 16 * warp;  // first row of this warp in the tile
+  const int row0 = 64 * c + 16 * warp;  // first row of this warp in the Q buffer
+  // ... and in the schedule tile (pair: both consumers' rows are the tile's, of heads h and h + 1).
+  const int tile_row0 = kPair ? 16 * warp : row0;
+  if constexpr (kPair) h += c;
 
   // Q -> registers: the A fragments of the D / 16 k-steps of S = Q K^T. With head_dim 64,
   // ptxas 13.0 gives Q's registers to other values inside the tile loop (the next iteration then
@@ -408,7 +432,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 #pragma unroll
       for (int sub = 0; sub < L::kSubs; ++sub) {
         if (m.m[sub] >= 0) {
-          const uint64_t* bits = p.sched.bits + int64_t{m.m[sub]} * L::kRows + row0 + g;
+          const uint64_t* bits = p.sched.bits + int64_t{m.m[sub]} * kTileRows + tile_row0 + g;
           b.w[sub][0] = bits[0];
           b.w[sub][1] = bits[8];
         } else {
@@ -481,15 +505,15 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
     // racecheck flags that pair in the 64-key kernels unless the warp syncs between them.
     __syncwarp();
     T* o_base = static_cast<T*>(p.o) + head * p.o_head;
-    const int64_t q0 = int64_t{tile_row} * L::kRows;
+    const int64_t q0 = int64_t{tile_row} * kTileRows;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float sum = rsum[r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      const int row_in_tile = row0 + g + 8 * r;
-      const int64_t row = q0 + row_in_tile;
+      const int row_in_tile = row0 + g + 8 * r;  // in the Q buffer
+      const int64_t row = q0 + tile_row0 + g + 8 * r;
       if (maps.o_tma) {
         // The 128-byte swizzle of the TMA box: 16-byte unit n & 7 of a row lands at (n & 7) ^ (row & 7).
         const uint32_t dst = q_buf + row_in_tile * 128 + 4 * t4;
@@ -518,7 +542,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 #pragma unroll
         for (int half = 0; half < L::kHalves; ++half)
           sm90::tma_store_3d(&maps.o, q_buf + half * (L::kRows * 128) + c * (64 * 128), 64 * half, head,
-                             static_cast<int32_t>(q0) + 64 * c);
+                             static_cast<int32_t>(q0) + (kPair ? 0 : 64 * c));
         sm90::bulk_commit();
       }
     }
@@ -803,9 +827,11 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 // (that, with the two consumers taking turns to issue), "sm90_overlap" (the same with 64 keys a
 // step, Q in registers, and the tiles idle for a consumer's rows skipped; v6, v12),
 // "sm90_persistent" (sm90_k128 with a block an SM, the row tiles one after another, each one's
-// first S beside the last P V of the tile before; v17), "sm90_pingpong" (64 keys, taking turns;
-// v8), "sm90" (the wgmma kernel, one 64-key tile at a time) or "mma" (the portable mma.sync
-// kernel). Measurements in docs/kernels/NOTES.md.
+// first S beside the last P V of the tile before; v17), "sm90_pair" (sm90_overlap on 64-row tiles,
+// its two consumers on two query heads of one kv head; v19: plan() builds the 64-row schedule for
+// it, where the group is even), "sm90_pingpong" (64 keys, taking turns; v8), "sm90" (the wgmma
+// kernel, one 64-key tile at a time) or "mma" (the portable mma.sync kernel). Measurements in
+// docs/kernels/NOTES.md.
 enum class ForwardChoice {
   mma,
   sm90,
@@ -814,13 +840,14 @@ enum class ForwardChoice {
   sm90_k128,
   sm90_k128_pingpong,
   sm90_persistent,
+  sm90_pair,
   sm90_auto
 };
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
     const std::string s =
         variant_env("LCA_FLEX_FORWARD",
-                    "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong sm90_persistent");
+                    "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong sm90_persistent sm90_pair");
     return s == "mma"                  ? ForwardChoice::mma
            : s == "sm90"               ? ForwardChoice::sm90
            : s == "sm90_overlap"       ? ForwardChoice::sm90_overlap
@@ -828,6 +855,7 @@ inline ForwardChoice forward_choice() {
            : s == "sm90_k128_pingpong" ? ForwardChoice::sm90_k128_pingpong
            : s == "sm90_k128"          ? ForwardChoice::sm90_k128
            : s == "sm90_persistent"    ? ForwardChoice::sm90_persistent
+           : s == "sm90_pair"          ? ForwardChoice::sm90_pair
                                        : ForwardChoice::sm90_auto;
   }();
   return choice;
@@ -885,17 +913,33 @@ void launch_forward_sm90_persistent(const FwdParams& p, const Sm90Maps& maps, cu
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel (persistent)");
 }
 
+// The pair kernel: a block a (64-row tile, two query heads of one kv head); plan() gave it the
+// 64-row schedule (pair_forward), where heads_q / heads_kv is even.
+template <class T, int D>
+void launch_forward_sm90_pair(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
+  using L = Sm90VariantLayout<T, D, true, false, kTile>;
+  static_assert(L::kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
+  constexpr auto kernel = forward_sm90_kernel<T, D, true, false, kTile, false, true>;
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q / 2));
+  kernel<<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel (pair)");
+}
+
+// The Hopper forward of a 128-row schedule, or of a 64-row one with an even group (the pair kernel).
 template <class T, int D>
 void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   using L = Sm90Layout<T, D>;
   Sm90Maps maps;
   const int64_t heads_kv = p.heads_q / p.group;
-  maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, L::kRows, "q");
+  const bool pair = p.sched.tile_rows == kTile;
+  maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, pair ? kTile : L::kRows, "q");
   maps.k = make_thd_map<T>(p.k, D, heads_kv, p.seqlen_k, p.k_head, p.k_tok, kTile, "k");
   maps.v = make_thd_map<T>(p.v, D, heads_kv, p.seqlen_k, p.v_head, p.v_tok, kTile, "v");
   maps.o_tma = reinterpret_cast<uintptr_t>(p.o) % 16 == 0 && (p.o_head * sizeof(T)) % 16 == 0 &&
                (p.o_tok * sizeof(T)) % 16 == 0;
   if (maps.o_tma) maps.o = make_thd_map<T>(p.o, D, p.heads_q, p.seqlen_q, p.o_head, p.o_tok, 64, "o");
+  if (pair) return launch_forward_sm90_pair<T, D>(p, maps, stream);
   switch (forward_choice()) {
     case ForwardChoice::sm90_pingpong: return launch_forward_sm90_variant<T, D, true, true>(p, maps, stream);
     case ForwardChoice::sm90: return launch_forward_sm90_variant<T, D, false, false>(p, maps, stream);
@@ -905,7 +949,10 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
     case ForwardChoice::sm90_k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
     case ForwardChoice::sm90_persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
     default:
-      switch (default_sm90_forward(p.sched.idle_share, p.sched.mean_tiles)) {
+      // A 128-row schedule: plan() did not take the pair kernel (Sm90Forward::pair), so the
+      // 64-key kernel that skips idle tile halves stands in for it.
+      switch (default_sm90_forward(p.sched.idle_share, p.sched.mean_tiles, p.group)) {
+        case Sm90Forward::pair:
         case Sm90Forward::skip64: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
         case Sm90Forward::persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
         case Sm90Forward::k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
@@ -915,5 +962,16 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
 
 // The wgmma kernel runs where it was asked for (forward_choice) and can run (sm90_device).
 inline bool sm90_available() { return forward_choice() != ForwardChoice::mma && sm90_device(); }
+
+// Whether plan() builds the forward's 64-row schedule for the pair kernel: where the wgmma kernels
+// run, the group is even, and LCA_FLEX_FORWARD asks for sm90_pair or, unset, the 128-row
+// schedule's idle share calls for it (default_sm90_forward).
+inline bool pair_forward_wanted(double idle_share, double mean_tiles, int32_t group) {
+  if (group % 2 != 0 || !sm90_available()) return false;
+  const ForwardChoice choice = forward_choice();
+  return choice == ForwardChoice::sm90_pair ||
+         (choice == ForwardChoice::sm90_auto &&
+          default_sm90_forward(idle_share, mean_tiles, group) == Sm90Forward::pair);
+}
 
 }  // namespace lca_flex_flash::dev

@@ -14,7 +14,7 @@
 namespace lca_flex_flash {
 
 // Query rows of a forward tile (the forward schedule's tile_rows: 128, or 64 where that computes
-// clearly fewer cells, see plan()), keys of a backward tile (the backward schedule's tile_rows)
+// clearly fewer cells or the Hopper pair kernel runs, see plan()), keys of a backward tile (the backward schedule's tile_rows)
 // (likewise 64 where that computes clearly fewer cells); 16 rows a warp in both.
 constexpr int kFwdRows = 128;
 constexpr int kBwdKeys = 128;
@@ -83,6 +83,10 @@ LCA_FLEX_DECLARE(LCA_DTYPE_F16, 128)
 // plan() weighs the two schedules by it (build_adaptive_schedule).
 double wide_tile_speedup(bool forward);
 
+// Whether the forward takes the Hopper pair kernel (forward_sm90.cuh, pair_forward_wanted), given
+// the 128-row schedule's idle share and mean tiles: plan() then builds the 64-row schedule.
+bool pair_forward(double idle_share, double mean_tiles, int32_t group);
+
 // How the Hopper backward puts key tiles into blocks (backward_items), from LCA_FLEX_BACKWARD:
 // one a block (sm90_unpaired, sm90_atomic); pairs on causal-like masks (the default); pairs on
 // every mask, none split (sm90_paired: the two-tile path even on problems too small to fill the
@@ -107,10 +111,13 @@ constexpr float kIdleShareFor64Keys = 0.1f;
 // causal (256 at 16K) -1 to -3%, shared_question -3 to -6%. The threshold lies between 18 and 34;
 // not timed closer.
 constexpr float kPersistentMeanTiles = 24.f;
-// The default Hopper forward (LCA_FLEX_FORWARD unset) for a schedule of 128-row tiles.
-enum class Sm90Forward { k128, skip64, persistent };
-constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles) {
-  if (idle_share > kIdleShareFor64Keys) return Sm90Forward::skip64;
+// Where the 64-key kernel is picked and the group (heads_q / heads_kv) is even, the pair kernel
+// is picked instead: plan() builds 64-row tiles and a block's two consumers take the same 64 rows
+// of two query heads that share K and V, so neither has idle tiles to skip (v19).
+// The default Hopper forward (LCA_FLEX_FORWARD unset), from the 128-row schedule.
+enum class Sm90Forward { k128, skip64, persistent, pair };
+constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles, int32_t group) {
+  if (idle_share > kIdleShareFor64Keys) return group % 2 == 0 ? Sm90Forward::pair : Sm90Forward::skip64;
   if (mean_tiles <= kPersistentMeanTiles) return Sm90Forward::persistent;
   return Sm90Forward::k128;
 }

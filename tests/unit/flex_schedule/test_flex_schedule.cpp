@@ -385,6 +385,25 @@ TEST(FlexSchedule, IdleHalvesPickTheSkippingForwardForBlockSparseAndShortWindows
   expect_skipping(/*by_query=*/true, lca_flex_flash::kIdleShareFor64Keys, skipping);
 }
 
+// Where the 64-key kernel would be picked, an even group (query heads a kv head) takes the pair
+// kernel instead, whose two consumers compute two heads of one 64-row tile; an odd group keeps the
+// skipping kernel; elsewhere the group changes nothing.
+TEST(FlexSchedule, AnEvenGroupTakesThePairForwardWhereTilesHaveIdleHalves) {
+  using lca_flex_flash::Sm90Forward;
+  for_each_builtin(/*by_query=*/true, {1024, 16384}, [&](const std::string& name, int64_t seqlen,
+                                                          const TileSchedule& s) {
+    const double share = lca_flex_flash::idle_share(s), tiles = lca_flex_flash::mean_tiles(s);
+    const Sm90Forward odd = lca_flex_flash::default_sm90_forward(share, tiles, 1);
+    for (const int32_t group : {2, 8}) {
+      const Sm90Forward even = lca_flex_flash::default_sm90_forward(share, tiles, group);
+      if (odd == Sm90Forward::skip64) EXPECT_EQ(even, Sm90Forward::pair) << name << " " << seqlen;
+      else EXPECT_EQ(even, odd) << name << " " << seqlen;
+    }
+    EXPECT_NE(lca_flex_flash::default_sm90_forward(share, tiles, 3), Sm90Forward::pair) << name << " " << seqlen;
+    if (name == "block_sparse") EXPECT_EQ(odd, Sm90Forward::skip64) << seqlen;
+  });
+}
+
 // The default Hopper forward takes the persistent kernel where it does not take the 64-key one
 // and row tiles see at most kPersistentMeanTiles 64-key tiles on average (default_sm90_forward). Of
 // the builtin patterns at their default parameters and 4K-64K that is sliding_window_causal
@@ -398,7 +417,7 @@ TEST(FlexSchedule, ShortRowTilesPickThePersistentForward) {
   for_each_builtin(/*by_query=*/true, {4096, 16384, 65536}, [&](const std::string& name, int64_t seqlen,
                                                                  const TileSchedule& s) {
     const double tiles = lca_flex_flash::mean_tiles(s);
-    const bool picked = lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s), tiles) ==
+    const bool picked = lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s), tiles, 8) ==
                         lca_flex_flash::Sm90Forward::persistent;
     EXPECT_EQ(picked, persistent.count({name, seqlen}) == 1) << name << " " << seqlen << ": " << tiles;
   });

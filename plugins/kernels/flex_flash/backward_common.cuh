@@ -30,7 +30,9 @@ struct GroupCursor {
 // or last to first, and the query heads of the group inner (every head's rows of a query tile
 // before the next tile) or outer (every query tile of a head before the next head). The runs and
 // the group size are passed in from the kernel's parameters rather than held: the warps that walk
-// have 24 registers.
+// have 24 registers. With kWrap, a walk with heads outer goes on from its last head to its first:
+// the caller counts its iterations (query tiles x group), so that a walk started in the middle
+// (the second constructor) visits the same iterations, rotated.
 struct KeyTileWalk {
   int32_t run, first_run, last_run, tile, head;
   bool descending, heads_inner;
@@ -45,11 +47,22 @@ struct KeyTileWalk {
         heads_inner(inner) {
     start(runs);
   }
+  // The ascending walk with heads outer, started at tile at_tile of run at_run, head at_head.
+  __device__ __forceinline__ KeyTileWalk(const int32_t* offsets, int32_t key_tile, int32_t at_run, int32_t at_tile,
+                                         int32_t at_head)
+      : run(at_run),
+        first_run(offsets[key_tile]),
+        last_run(offsets[key_tile + 1] - 1),
+        tile(at_tile),
+        head(at_head),
+        descending(false),
+        heads_inner(false) {}
   __device__ __forceinline__ bool valid() const { return first_run <= run && run <= last_run; }
   // Index of this tile's bitmask, or -1 when the tile is fully visible.
   __device__ __forceinline__ int32_t mask(const TileRun* runs) const {
     return runs[run].mask < 0 ? -1 : runs[run].mask + (tile - runs[run].begin);
   }
+  template <bool kWrap = false>
   __device__ __forceinline__ void next(const TileRun* runs, int32_t group) {
     if (heads_inner && ++head < group) return;
     if (heads_inner) head = 0;
@@ -58,7 +71,14 @@ struct KeyTileWalk {
     } else if (++tile >= runs[run].end && ++run <= last_run) {
       tile = runs[run].begin;
     }
-    if (!heads_inner && !valid() && ++head < group) start(runs);
+    if constexpr (kWrap) {
+      if (!heads_inner && !valid()) {
+        if (++head == group) head = 0;
+        start(runs);
+      }
+    } else if (!heads_inner && !valid() && ++head < group) {
+      start(runs);
+    }
   }
 
  private:

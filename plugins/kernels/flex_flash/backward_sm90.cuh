@@ -66,7 +66,9 @@ struct Sm90BwdLayout {
   // (TileRun::halves; the skip kernel only), written by the thread that loads Q and dO: the
   // consumers hold no walk of their own.
   static constexpr int kInfoOffset = kDqOffset + kDqBytes;
-  static constexpr int kBarOffset = kInfoOffset + kStages * 16;
+  // Where the block's walk starts (kSkipIdle's rotated walks): run, tile, head.
+  static constexpr int kStartOffset = kInfoOffset + kStages * 16;
+  static constexpr int kBarOffset = kStartOffset + 16;
   static constexpr int kBars = 1 + 2 * kStages + 3;  // kv, full[S], empty[S], dq full / empty, kv empty
   static constexpr int kBytes = kBarOffset + 8 * kBars + 1024;
   static constexpr int kThreads = 384;
@@ -111,10 +113,25 @@ __global__ void __launch_bounds__(384, 1)
   // The item's fields by part, selected rather than indexed: an array indexed by a loop variable
   // would be copied to local memory.
   auto key_tile = [&](int part) { return part == 0 ? item.tiles[0] : item.tiles[1]; };
+  // kSkipIdle: a block of one key tile, walked up with heads outer, starts where the blocks of its
+  // kv head that run now are, and goes round. Their iterations take more or less time with the
+  // mask, so blocks that start after the first wave would otherwise start at the walk's beginning
+  // while the others are anywhere in theirs, and read query tiles that have long left L2 (at 64K,
+  // block_sparse's skip kernel ran at 0.79x the kernel without the skip, L2 hit rate 63% against
+  // 91%; NOTES v19). Each block's TMA thread publishes its place, head * query tiles + query tile,
+  // in p.sched.counter[hk] (zeroed a launch); a block reads it once, at its start.
+  const bool rotate = kSkipIdle && parts == 1 && (item.flags & (kWalkDown0 | kWalkHeadsInner)) == 0;
+  const int32_t q_tiles = static_cast<int32_t>((p.seqlen_q + kTile - 1) / kTile);
+  const int32_t* const start = reinterpret_cast<const int32_t*>(gbase + L::kStartOffset);
   auto walk = [&](int part) {
+    if (rotate) return KeyTileWalk(p.sched.run_offsets, key_tile(0), start[0], start[1], start[2]);
     return KeyTileWalk(p.sched.runs, p.sched.run_offsets, key_tile(part), (item.flags >> part) & kWalkDown0,
                        item.flags & kWalkHeadsInner);
   };
+  // A walk's iterations: its query tiles times the group's heads. (The skip kernel's walkers count
+  // them, its walks going round; the other kernel's walkers stop where the walk ends: counting cost
+  // them spills, their warps having 24 registers.)
+  auto walk_length = [&](int part) { return (part == 0 ? item.query_tiles[0] : item.query_tiles[1]) * p.group; };
   const int wg = threadIdx.x >> 7, warp_all = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     sm90::mbar_init(bar_kv, 1);
@@ -126,6 +143,30 @@ __global__ void __launch_bounds__(384, 1)
     sm90::mbar_init(dq_empty, 1);                       // the reducing thread
     sm90::mbar_init(kv_empty, 2 * 128);                 // the consumers, done with a tile's K and V
     sm90::mbar_fence_init();
+    if (rotate) {
+      // The first iteration at or after the published place: the first run that ends past its
+      // query tile (binary search), in its head, or else the walk's first in the next head.
+      const int32_t place = *reinterpret_cast<volatile const int32_t*>(p.sched.counter + hk);
+      int32_t head = place / q_tiles, tile = place % q_tiles;
+      if (head >= p.group) head = 0, tile = 0;
+      const int32_t first = p.sched.run_offsets[key_tile(0)];
+      int32_t lo = first, hi = p.sched.run_offsets[key_tile(0) + 1];
+      const int32_t end = hi;
+      while (lo < hi) {
+        const int32_t mid = (lo + hi) / 2;
+        if (p.sched.runs[mid].end > tile) hi = mid;
+        else lo = mid + 1;
+      }
+      if (lo == end) {
+        lo = first;
+        tile = 0;
+        if (++head == p.group) head = 0;
+      }
+      int32_t* const at = reinterpret_cast<int32_t*>(gbase + L::kStartOffset);
+      at[0] = lo;
+      at[1] = lo < end ? max(tile, p.sched.runs[lo].begin) : 0;  // (an empty walk is never stepped)
+      at[2] = head;
+    }
   }
   __syncthreads();
 
@@ -143,11 +184,14 @@ __global__ void __launch_bounds__(384, 1)
           sm90::tma_load_3d(sk + half * (L::kKeys * 128), &maps.k, 64 * half, hk, key0, bar_kv);
           sm90::tma_load_3d(sv + half * (L::kKeys * 128), &maps.v, 64 * half, hk, key0, bar_kv);
         }
-        for (KeyTileWalk qw = walk(part); qw.valid(); ++it, qw.next(p.sched.runs, p.group)) {
+        KeyTileWalk qw = walk(part);
+        for (int i = kSkipIdle ? walk_length(part) : 0; kSkipIdle ? i > 0 : qw.valid();
+             --i, ++it, qw.template next<kSkipIdle>(p.sched.runs, p.group)) {
           const int b = it % L::kStages;
           if (it >= L::kStages) sm90::mbar_wait(empty(b), ((it / L::kStages) - 1) & 1);
           const int hq = hk * p.group + qw.head;
           const int32_t row0 = qw.tile * kTile;
+          if (rotate) *reinterpret_cast<volatile int32_t*>(p.sched.counter + hk) = qw.head * q_tiles + qw.tile;
           info(b)[0] = qw.tile;
           info(b)[1] = qw.head;
           info(b)[2] = qw.mask(p.sched.runs);
@@ -164,7 +208,9 @@ __global__ void __launch_bounds__(384, 1)
       // LSE (times log2 e) and delta of the tile's 64 query rows; rows past the end see nothing.
       int it = 0;
       for (int part = 0; part < parts; ++part) {
-        for (KeyTileWalk qw = walk(part); qw.valid(); ++it, qw.next(p.sched.runs, p.group)) {
+        KeyTileWalk qw = walk(part);
+        for (int i = kSkipIdle ? walk_length(part) : 0; kSkipIdle ? i > 0 : qw.valid();
+             --i, ++it, qw.template next<kSkipIdle>(p.sched.runs, p.group)) {
           const int b = it % L::kStages;
           if (it >= L::kStages) sm90::mbar_wait(empty(b), ((it / L::kStages) - 1) & 1);
           const int hq = hk * p.group + qw.head;
@@ -186,7 +232,9 @@ __global__ void __launch_bounds__(384, 1)
       // accumulator; the buffer is free again as soon as TMA has read it.
       int it = 0;
       for (int part = 0; part < parts; ++part) {
-        for (KeyTileWalk qw = walk(part); qw.valid(); ++it, qw.next(p.sched.runs, p.group)) {
+        KeyTileWalk qw = walk(part);
+        for (int i = kSkipIdle ? walk_length(part) : 0; kSkipIdle ? i > 0 : qw.valid();
+             --i, ++it, qw.template next<kSkipIdle>(p.sched.runs, p.group)) {
           const int hq = hk * p.group + qw.head;
           const int32_t row0 = qw.tile * kTile;
           sm90::mbar_wait(dq_full, it & 1);
@@ -252,7 +300,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
 
     sm90::mbar_wait(bar_kv, part & 1);
-    const int iterations = (part == 0 ? item.query_tiles[0] : item.query_tiles[1]) * p.group;
+    const int iterations = walk_length(part);
     // Waits for iteration `at`'s loads; then whether this warpgroup's 64 keys see nothing of its
     // query tile (kSkipIdle). The warp leaves the wait converged: the branch on the answer holds
     // .aligned wgmmas.
@@ -481,10 +529,12 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   } else {
     maps.dq = make_dq_accum_map(p.dq_accum, D, p.heads_q, p.seqlen_q, kTile);
     const std::string& v = backward_variant();
-    const bool skip = p.sched.idle_share > kIdleShareForSkip && p.sched.mean_tiles * p.group <= kSkipWalkLimit;
-    if (v == "sm90_skip" || (v != "sm90_noskip" && skip))
+    const bool skip = default_sm90_skip_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks);
+    if (v == "sm90_skip" || (v != "sm90_noskip" && skip)) {
+      // The places the blocks of each kv head publish (rotated walks) start at every walk's beginning.
+      LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t) * p.heads_kv, stream));
       launch_backward_sm90_variant<T, D, true, true>(p, maps, stream);
-    else
+    } else
       launch_backward_sm90_variant<T, D, true, false>(p, maps, stream);
   }
 }

@@ -26,10 +26,11 @@ struct UploadedSchedule {
   DeviceBuffer runs, run_offsets, bits, order, items, counter;
   int32_t row_tiles = 0, tile_rows = 0, item_count = 0, busy_tiles = 0;
   float idle_share = 0.f, mean_tiles = 0.f;
+  bool plain_walks = false;
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
                           row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count,
-                          counter.as<int32_t>(), busy_tiles};
+                          counter.as<int32_t>(), busy_tiles, plain_walks};
   }
 };
 
@@ -47,6 +48,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   UploadedSchedule u;
   u.items = upload(items, exec, "the backward's blocks");
   u.item_count = static_cast<int32_t>(items.size());
+  u.plain_walks = lca_flex_flash::plain_walks(items);
   u.runs = upload(s.runs, exec, "the tile runs");
   u.run_offsets = upload(s.run_offsets, exec, "the tile run offsets");
   u.bits = upload(s.bits, exec, "the partial-tile bitmasks");
@@ -140,6 +142,8 @@ class FlexFlash final : public lca::IKernel {
     plan->fwd.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");
     const Bwd b = bwd.get();
     plan->bwd = upload(b.sched, exec, b.items);
+    plan->bwd.counter =
+        upload(std::vector<int32_t>(static_cast<size_t>(pr.heads_kv), 0), exec, "the skip backward's walk places");
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
     return plan;
   }

@@ -30,8 +30,11 @@ struct DeviceSchedule {
   float mean_tiles = 0.f;  // scheduled tiles per row tile (backward: query tiles a key tile walks)
   const BwdItem* items = nullptr;  // backward only: the Hopper backward's blocks (backward_items)
   int32_t item_count = 0;
-  int32_t* counter = nullptr;  // forward only: the persistent kernel's next row tile (zeroed a launch)
+  // Forward: the persistent kernel's next row tile. Backward: a place per kv head, where its
+  // blocks' walks are (the skip kernel's rotated walks). Zeroed a launch.
+  int32_t* counter = nullptr;
   int32_t busy_tiles = 0;      // row tiles with runs: order's first busy_tiles (the rest see nothing)
+  bool plain_walks = false;    // backward only: every item one key tile walked up, heads outer (plain_walks)
 };
 
 struct FwdParams {
@@ -128,13 +131,19 @@ constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles,
 // the other builtin masks only some at 1K-2K, test_flex_schedule pins which). The threshold is
 // chosen, not timed.
 constexpr float kIdleShareForSkip = 0.1f;
-// ... and where a block walks at most this many iterations (query tiles x heads of the group, on
-// average). The skip makes an iteration's time depend on the block's mask, so the blocks of a
-// wave drift apart along their walks and stop sharing the query tiles they read in L2 (NOTES
-// v13); the longer the walk, the further. On the H100, block_sparse's backward: 1.15x at 16K
-// (1536 iterations), 1.11x at 32K (3072), 0.79x at 64K (6144) against the kernel without the
-// skip (NOTES v15). The limit lies between the last two; not timed closer.
+// ... and where every block's walk is plain (one key tile, walked up, heads outer), or a block
+// walks at most this many iterations (query tiles x heads of the group, on average). The skip
+// makes an iteration's time depend on the block's mask, so blocks end at different times and
+// those that start after the first wave would read query tiles far from where the running blocks
+// are, out of L2. Plain walks start where the running blocks of their kv head are and go round
+// (backward_sm90.cuh, v19): block_sparse at 64K (6144 iterations) went from 0.79x to 1.27x the
+// kernel without the skip (L2 hit rate 63% -> 95%). Other walks keep the limit, from v15's
+// block_sparse without that start: 1.11x at 32K (3072 iterations), 0.79x at 64K (6144); not
+// timed closer.
 constexpr float kSkipWalkLimit = 4096.f;
+constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, bool plain_walks) {
+  return idle_share > kIdleShareForSkip && (plain_walks || mean_walk <= kSkipWalkLimit);
+}
 
 // dtype: lca_dtype (bf16 or f16); head_dim 64 or 128. Launch errors throw lca::Error.
 void launch_forward(int32_t dtype, int32_t head_dim, const FwdParams& p, void* stream);

@@ -462,4 +462,8 @@ bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col) {
   return false;
 }
 
+bool plain_walks(const std::vector<BwdItem>& items) {
+  return std::all_of(items.begin(), items.end(), [](const BwdItem& it) { return it.tiles[1] < 0 && it.flags == 0; });
+}
+
 }  // namespace lca_flex_flash

@@ -92,6 +92,11 @@ enum class BwdPairing { kNone, kAuto, kAll };
 std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,
                                     BwdPairing pairing);
 
+// Whether every block walks one key tile up with heads outer (no pairs, no flags): the Hopper skip
+// backward starts such walks where the running blocks of their kv head are (kernels.hpp,
+// default_sm90_skip_backward).
+bool plain_walks(const std::vector<BwdItem>& items);
+
 // Does the schedule make (row, col) visible? For tests: walks the runs of row's tile.
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col);
 

@@ -438,5 +438,30 @@ TEST(FlexSchedule, IdleHalvesPickTheSkippingBackwardForBlockSparseAndShortMasks)
   expect_skipping(/*by_query=*/false, lca_flex_flash::kIdleShareForSkip, skipping);
 }
 
+// block_sparse's backward blocks are plain walks (one key tile, up, heads outer) at every length,
+// so the default takes the skip kernel there however long the walk (64K: 6144 iterations, over
+// kSkipWalkLimit); walks that are not plain keep the limit. Causal's blocks are pairs: not plain.
+TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardAtAnyLength) {
+  auto& p = BuiltinProvider::instance();
+  for (const int64_t seqlen : {16384, 65536}) {
+    auto g = p.generate("block_sparse", "{}", seqlen, 42);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
+    const auto items = backward_items(s, 8, 8, 132, BwdPairing::kAuto);
+    EXPECT_TRUE(lca_flex_flash::plain_walks(items)) << seqlen;
+    const double walk = lca_flex_flash::mean_tiles(s) * 8;
+    EXPECT_TRUE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, true)) << seqlen;
+    if (seqlen == 65536) {
+      EXPECT_GT(walk, lca_flex_flash::kSkipWalkLimit);
+      EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, false));
+    }
+  }
+  auto c = p.generate("causal", "{}", 16384, 42);
+  ASSERT_EQ(c.status, LCA_OK) << c.error;
+  const TileSchedule s = build_schedule(*c.mask, /*by_query=*/false, 128);
+  EXPECT_FALSE(lca_flex_flash::plain_walks(backward_items(s, 8, 8, 132, BwdPairing::kAuto)));
+  EXPECT_TRUE(lca_flex_flash::plain_walks(backward_items(s, 8, 8, 132, BwdPairing::kNone)));
+}
+
 }  // namespace
 }  // namespace lca::test

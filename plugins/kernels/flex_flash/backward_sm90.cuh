@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(384, 1)
   // mask, so blocks that start after the first wave would otherwise start at the walk's beginning
   // while the others are anywhere in theirs, and read query tiles that have long left L2 (at 64K,
   // block_sparse's skip kernel ran at 0.79x the kernel without the skip, L2 hit rate 63% against
-  // 91%; NOTES v19). Each block's TMA thread publishes its place, head * query tiles + query tile,
+  // 91%; NOTES v20). Each block's TMA thread publishes its place, head * query tiles + query tile,
   // in p.sched.counter[hk] (zeroed a launch); a block reads it once, at its start.
   const bool rotate = kSkipIdle && parts == 1 && (item.flags & (kWalkDown0 | kWalkHeadsInner)) == 0;
   const int32_t q_tiles = static_cast<int32_t>((p.seqlen_q + kTile - 1) / kTile);
@@ -148,7 +148,10 @@ __global__ void __launch_bounds__(384, 1)
       // query tile (binary search), in its head, or else the walk's first in the next head.
       const int32_t place = *reinterpret_cast<volatile const int32_t*>(p.sched.counter + hk);
       int32_t head = place / q_tiles, tile = place % q_tiles;
-      if (head >= p.group) head = 0, tile = 0;
+      if (head >= p.group) {  // (only blocks of this kv head write it: never)
+        head = 0;
+        tile = 0;
+      }
       const int32_t first = p.sched.run_offsets[key_tile(0)];
       int32_t lo = first, hi = p.sched.run_offsets[key_tile(0) + 1];
       const int32_t end = hi;

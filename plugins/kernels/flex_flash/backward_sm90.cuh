@@ -263,17 +263,30 @@ __global__ void __launch_bounds__(384, 1)
   const int key0 = 64 * c + 16 * warp;  // this warp's first key in the tile (rows g, g + 8)
 
   const bool writes_dq = kSplitD || c == 0;  // d128: each warpgroup half the head dim; d64: warpgroup 0
-  // dQ = dS K over the block's 128 keys, one wgmma group; both warpgroups' dS^T must be in shared
-  // memory.
-  auto issue_dq = [&](float (&dq)[32], int b) {
-    const uint64_t ds_desc = sm90::smem_desc(sds(b), 8192, 1024);
-    const uint64_t kd_desc = sm90::smem_desc(sk + (kSplitD ? c : 0) * (L::kKeys * 128), L::kKeys * 128, 1024);
+  // dQ = dS K over kSteps x 16 of the block's keys, from key `from` on, one wgmma group; the dS^T
+  // rows of those keys must be in shared memory.
+  auto issue_dq_keys = [&]<int kSteps>(float (&dq)[32], int b, int from) {
+    const uint64_t ds_desc = sm90::desc_plus(sm90::smem_desc(sds(b), 8192, 1024), from * 128);
+    const uint64_t kd_desc = sm90::desc_plus(
+        sm90::smem_desc(sk + (kSplitD ? c : 0) * (L::kKeys * 128), L::kKeys * 128, 1024), from * 128);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < L::kKeys / 16; ++ks)
+    for (int ks = 0; ks < kSteps; ++ks)
       sm90::WgmmaSS<T, 64>::template run<1, 1>(dq, sm90::desc_plus(ds_desc, ks * 16 * 128),
                                                sm90::desc_plus(kd_desc, ks * 16 * 128), ks > 0);
     sm90::wgmma_commit();
+  };
+  // dQ over the block's 128 keys; in the skip kernel, where one half's 64 keys see nothing of the
+  // query tile (halves: the stage's TileRun::halves), over the other half's only, whose dS^T alone
+  // is written.
+  auto issue_dq = [&](float (&dq)[32], int b, int halves) {
+    if constexpr (kSkipIdle) {
+      if (halves & (kIdleHalf | (kIdleHalf << 1))) {
+        issue_dq_keys.template operator()<4>(dq, b, (halves & kIdleHalf) ? 64 : 0);
+        return;
+      }
+    }
+    issue_dq_keys.template operator()<L::kKeys / 16>(dq, b, 0);
   };
   // kTmaDq: dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1):
   // into the shared tile (rows past the end too: the reduce-add skips them), once the reducer has
@@ -403,7 +416,7 @@ __global__ void __launch_bounds__(384, 1)
           sm90::fence_proxy_async();
           ds_sync();
           float dq[32];
-          if (writes_dq) issue_dq(dq, b);
+          if (writes_dq) issue_dq(dq, b, kSkipIdle ? info(b)[3] : 0);
           issue_dv_dk();
           if (writes_dq) {
             // d128: wait for dQ's group alone (the older one). d64, where only warpgroup 0 computes
@@ -423,7 +436,7 @@ __global__ void __launch_bounds__(384, 1)
           sm90::named_sync(1, 256);
           if (writes_dq) {
             float dq[32];
-            issue_dq(dq, b);
+            issue_dq(dq, b, 0);
             sm90::wgmma_wait<0>();
             sm90::fence_regs(dq);
             // dq holds query rows 16 warp + g (+ 8) and head-dim columns 64 c + 8 n + 2 t4 (+1).
@@ -445,22 +458,14 @@ __global__ void __launch_bounds__(384, 1)
         sm90::fence_regs(dv);
         sm90::mbar_arrive(empty(b));
       } else if constexpr (kSkipIdle) {
-        // This warpgroup's keys see nothing of the query tile: no S^T, dP^T, dV or dK; its dS^T is
-        // zeros, for the dQ GEMMs over the block's 128 keys (its own half of the head dim and the
-        // other warpgroup's).
+        // This warpgroup's keys see nothing of the query tile: no S^T, dP^T, dV or dK, and no dS^T:
+        // both warpgroups' dQ GEMMs run over the other warpgroup's 64 keys only (each its half of
+        // the head dim).
         const int b = it % L::kStages;
-        char* ds = gbase + L::kDsOffset + b * L::kDsBytes;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          // Key row key0 + g + 8 (j & 1), its 16-byte unit (8 queries) 4 (j >> 1) + t4.
-          const int key = key0 + g + 8 * (j & 1), unit = 4 * (j >> 1) + t4;
-          *reinterpret_cast<uint4*>(ds + key * 128 + ((unit ^ (key & 7)) << 4)) = make_uint4(0, 0, 0, 0);
-        }
-        sm90::fence_proxy_async();
         ds_sync();
         if (writes_dq) {
           float dq[32];
-          issue_dq(dq, b);
+          issue_dq(dq, b, info(b)[3]);
           sm90::wgmma_wait<0>();
           sm90::fence_regs(dq);
           store_dq(dq, it);

@@ -17,8 +17,8 @@
 // sm90_atomic variant (!kTmaDq, the default until v9) has each consumer thread add its dQ
 // fragment with fp32 atomics instead.
 // Where a consumer's 64 keys see nothing of a query tile (TileRun::halves: block-sparse masks of
-// 64-token blocks), the default kernel's consumer writes zeros as its dS^T and runs only its dQ
-// GEMM; the other's GEMMs then have the tensor cores to themselves.
+// 64-token blocks), the skip kernel's consumer runs only its dQ GEMM, and both consumers' dQ GEMMs
+// span the busy half's 64 keys; the other's GEMMs then have the tensor cores to themselves.
 // A block runs one item of the schedule (BwdItem, backward_items) for one kv head: one key tile
 // or two, one after the other (K and V loaded again between them), each over its query tiles and
 // the group's heads in the item's order (KeyTileWalk).

@@ -132,6 +132,14 @@ __global__ void __launch_bounds__(384, 1)
   // them, its walks going round; the other kernel's walkers stop where the walk ends: counting cost
   // them spills, their warps having 24 registers.)
   auto walk_length = [&](int part) { return (part == 0 ? item.query_tiles[0] : item.query_tiles[1]) * p.group; };
+  // body(qw) for each iteration of part `part`'s walk, `it` counting the block's iterations: the
+  // producer's three walkers (TMA thread, LSE and delta warp, dQ reducer) go through the same walk.
+  auto walk_part = [&](int part, int& it, auto&& body) {
+    KeyTileWalk qw = walk(part);
+    for (int i = kSkipIdle ? walk_length(part) : 0; kSkipIdle ? i > 0 : qw.valid();
+         --i, ++it, qw.template next<kSkipIdle>(p.sched.runs, p.group))
+      body(qw);
+  };
   const int wg = threadIdx.x >> 7, warp_all = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     sm90::mbar_init(bar_kv, 1);
@@ -187,9 +195,7 @@ __global__ void __launch_bounds__(384, 1)
           sm90::tma_load_3d(sk + half * (L::kKeys * 128), &maps.k, 64 * half, hk, key0, bar_kv);
           sm90::tma_load_3d(sv + half * (L::kKeys * 128), &maps.v, 64 * half, hk, key0, bar_kv);
         }
-        KeyTileWalk qw = walk(part);
-        for (int i = kSkipIdle ? walk_length(part) : 0; kSkipIdle ? i > 0 : qw.valid();
-             --i, ++it, qw.template next<kSkipIdle>(p.sched.runs, p.group)) {
+        walk_part(part, it, [&](const KeyTileWalk& qw) {
           const int b = it % L::kStages;
           if (it >= L::kStages) sm90::mbar_wait(empty(b), ((it / L::kStages) - 1) & 1);
           const int hq = hk * p.group + qw.head;
@@ -205,15 +211,13 @@ __global__ void __launch_bounds__(384, 1)
             sm90::tma_load_3d(sq(b) + half * (kTile * 128), &maps.q, 64 * half, hq, row0, full(b));
             sm90::tma_load_3d(sdo(b) + half * (kTile * 128), &maps.d_o, 64 * half, hq, row0, full(b));
           }
-        }
+        });
       }
     } else if (warp_all == 1) {
       // LSE (times log2 e) and delta of the tile's 64 query rows; rows past the end see nothing.
       int it = 0;
       for (int part = 0; part < parts; ++part) {
-        KeyTileWalk qw = walk(part);
-        for (int i = kSkipIdle ? walk_length(part) : 0; kSkipIdle ? i > 0 : qw.valid();
-             --i, ++it, qw.template next<kSkipIdle>(p.sched.runs, p.group)) {
+        walk_part(part, it, [&](const KeyTileWalk& qw) {
           const int b = it % L::kStages;
           if (it >= L::kStages) sm90::mbar_wait(empty(b), ((it / L::kStages) - 1) & 1);
           const int hq = hk * p.group + qw.head;
@@ -228,16 +232,14 @@ __global__ void __launch_bounds__(384, 1)
             delta(b)[i] = valid ? dlt[i] : 0.f;
           }
           sm90::mbar_arrive(full(b));
-        }
+        });
       }
     } else if (kTmaDq && warp_all == 2 && lane == 0) {
       // The reducer: each query tile's dQ, once the consumers have written it, added to the
       // accumulator; the buffer is free again as soon as TMA has read it.
       int it = 0;
       for (int part = 0; part < parts; ++part) {
-        KeyTileWalk qw = walk(part);
-        for (int i = kSkipIdle ? walk_length(part) : 0; kSkipIdle ? i > 0 : qw.valid();
-             --i, ++it, qw.template next<kSkipIdle>(p.sched.runs, p.group)) {
+        walk_part(part, it, [&](const KeyTileWalk& qw) {
           const int hq = hk * p.group + qw.head;
           const int32_t row0 = qw.tile * kTile;
           sm90::mbar_wait(dq_full, it & 1);
@@ -247,7 +249,7 @@ __global__ void __launch_bounds__(384, 1)
           sm90::bulk_commit();
           sm90::bulk_wait_read<0>();
           sm90::mbar_arrive(dq_empty);
-        }
+        });
       }
       sm90::bulk_wait<0>();
     }

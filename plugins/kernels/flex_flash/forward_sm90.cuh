@@ -224,22 +224,16 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       tiles[sub] = tile;
     }
   };
+  // A row tile's Q into dst: one box of kRows rows, or (pair) one 64-row box of heads head and
+  // head + 1 each, into the rows of the consumer that computes it (maps.q has 64-row boxes there).
   auto load_q_tile = [&](uint32_t dst, int head, int32_t tile_row, uint32_t bar) {
     sm90::mbar_arrive_expect_tx(bar, L::kQBytes);
 #pragma unroll
-    for (int half = 0; half < L::kHalves; ++half)
-      sm90::tma_load_3d(dst + half * (L::kRows * 128), &maps.q, 64 * half, head, tile_row * L::kRows, bar);
-  };
-  // The pair kernel's: rows of one 64-row tile of heads head and head + 1, each into the rows of
-  // the consumer that computes it (maps.q has 64-row boxes there).
-  auto load_q_pair = [&](uint32_t dst, int head, int32_t tile_row, uint32_t bar) {
-    sm90::mbar_arrive_expect_tx(bar, L::kQBytes);
-#pragma unroll
-    for (int pair = 0; pair < 2; ++pair)
+    for (int box = 0; box < (kPair ? 2 : 1); ++box)
 #pragma unroll
       for (int half = 0; half < L::kHalves; ++half)
-        sm90::tma_load_3d(dst + half * (L::kRows * 128) + pair * (64 * 128), &maps.q, 64 * half, head + pair,
-                          tile_row * kTile, bar);
+        sm90::tma_load_3d(dst + half * (L::kRows * 128) + box * (64 * 128), &maps.q, 64 * half, head + box,
+                          tile_row * kTileRows, bar);
   };
   auto load_step = [&](const CUtensorMap* map, uint32_t dst, int head_kv, const int32_t (&tiles)[L::kSubs],
                        uint32_t bar) {
@@ -312,8 +306,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       if (threadIdx.x == 0) {
         sm90::tma_prefetch_map(&maps.k);
         sm90::tma_prefetch_map(&maps.v);
-        if constexpr (kPair) load_q_pair(sq, h, q_tile, bar_q);
-        else load_q_tile(sq, h, q_tile, bar_q);
+        load_q_tile(sq, h, q_tile, bar_q);
         TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
         int32_t tile = 0;
         for (int it = 0; cur.valid(); ++it) {

@@ -14,8 +14,9 @@
 namespace lca_flex_flash {
 
 // Query rows of a forward tile (the forward schedule's tile_rows: 128, or 64 where that computes
-// clearly fewer cells or the Hopper pair kernel runs, see plan()), keys of a backward tile (the backward schedule's tile_rows)
-// (likewise 64 where that computes clearly fewer cells); 16 rows a warp in both.
+// clearly fewer cells or the Hopper pair kernel runs, see plan()), keys of a backward tile (the
+// backward schedule's tile_rows; likewise 64 where that computes clearly fewer cells); 16 rows a
+// warp in both.
 constexpr int kFwdRows = 128;
 constexpr int kBwdKeys = 128;
 
@@ -136,7 +137,7 @@ constexpr float kIdleShareForSkip = 0.1f;
 // makes an iteration's time depend on the block's mask, so blocks end at different times and
 // those that start after the first wave would read query tiles far from where the running blocks
 // are, out of L2. Plain walks start where the running blocks of their kv head are and go round
-// (backward_sm90.cuh, v19): block_sparse at 64K (6144 iterations) went from 0.79x to 1.27x the
+// (backward_sm90.cuh, v20): block_sparse at 64K (6144 iterations) went from 0.79x to 1.27x the
 // kernel without the skip (L2 hit rate 63% -> 95%). Other walks keep the limit, from v15's
 // block_sparse without that start: 1.11x at 32K (3072 iterations), 0.79x at 64K (6144); not
 // timed closer.

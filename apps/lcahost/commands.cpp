@@ -110,6 +110,7 @@ void apply_run_options(const Options& opt, core::MatrixSpec& spec) {
   if (!opt.masks.empty()) spec.masks = opt.masks;
   if (opt.no_check) spec.check = false;
   if (opt.warmup >= 0) spec.warmup = opt.warmup;
+  if (opt.warmup_ms >= 0) spec.warmup_ms = opt.warmup_ms;
   if (opt.repeats > 0) spec.repeats = opt.repeats;
 }
 
@@ -205,6 +206,7 @@ int cmd_run(const Options& opt) {
     if (o.threads > 0) so.child_argv.insert(so.child_argv.end(), {"--threads", std::to_string(o.threads)});
     if (o.no_check) so.child_argv.push_back("--no-check");
     if (o.warmup >= 0) so.child_argv.insert(so.child_argv.end(), {"--warmup", std::to_string(o.warmup)});
+    if (o.warmup_ms >= 0) so.child_argv.insert(so.child_argv.end(), {"--warmup-ms", std::to_string(o.warmup_ms)});
     if (o.repeats > 0) so.child_argv.insert(so.child_argv.end(), {"--repeats", std::to_string(o.repeats)});
     so.child_argv.push_back("run-cell");
   }
@@ -220,6 +222,7 @@ int cmd_run_cell(const Options& opt) {
   core::Cell cell = core::Cell::from_json(nlohmann::json::parse(opt.cell_json));
   core::RunnerOptions ro;
   ro.warmup = spec.warmup;
+  ro.warmup_ms = spec.warmup_ms;
   ro.repeats = spec.repeats;
   ro.seed = spec.seed;
   ro.check = spec.check;

@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-check", opt.no_check, "Skip the reference check");
   app.add_option("--warmup", opt.warmup, "Untimed calls before the timed ones (default: the matrix's)")
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--warmup-ms", opt.warmup_ms,
+                 "Warm up for at least this many ms (after --warmup calls), so that GPU clocks settle (default: "
+                 "the matrix's)")
+      ->check(CLI::Range(0.0, 600000.0));
   app.add_option("--repeats", opt.repeats, "Timed calls whose median is reported (default: the matrix's)")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--kernels", opt.kernels, "Only these kernels (comma separated)")->delimiter(',');

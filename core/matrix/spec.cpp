@@ -95,9 +95,9 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   if (!doc.is_object()) bad(source, "(top level)", "must be a JSON object");
   static const std::set<std::string> known = {
       "name", "description", "kernels", "exclude_kernels", "masks", "seqlens", "heads", "head_dims", "dtypes",
-      "passes", "warmup", "repeats", "seed", "check", "cell_timeout_s"};
+      "passes", "warmup", "warmup_ms", "repeats", "seed", "check", "cell_timeout_s"};
   for (const auto& [key, value] : doc.items())
-    if (!known.count(key)) bad(source, key, "is not a known field (known: kernels, exclude_kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, repeats, seed, check, cell_timeout_s)");
+    if (!known.count(key)) bad(source, key, "is not a known field (known: kernels, exclude_kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, warmup_ms, repeats, seed, check, cell_timeout_s)");
 
   MatrixSpec s;
   s.source = source;
@@ -154,6 +154,8 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   s.warmup = scalar_of<int>(doc, "warmup", source, 1);
   s.repeats = scalar_of<int>(doc, "repeats", source, 3);
   if (s.warmup < 0) bad(source, "warmup", "must be >= 0");
+  s.warmup_ms = scalar_of<double>(doc, "warmup_ms", source, 0.0);
+  if (!(s.warmup_ms >= 0 && s.warmup_ms <= 600000)) bad(source, "warmup_ms", "must be between 0 and 600000 (ms)");
   if (s.repeats < 1) bad(source, "repeats", "must be >= 1");
   s.seed = scalar_of<uint64_t>(doc, "seed", source, 42);
   s.check = scalar_of<bool>(doc, "check", source, true);

@@ -32,6 +32,11 @@ struct MatrixSpec {
   std::vector<std::string> dtypes;
   std::vector<std::string> passes;     // "fwd", "bwd"
   int warmup = 1;
+  // Warm-up goes on past `warmup` calls until this much wall time has passed (0: by count only).
+  // An H100 runs attention at its power limit; its clocks settle some 50-100 ms into a stretch of
+  // calls, so a cell shorter than that is timed at boost clocks and a long one after they fell
+  // (docs/DESIGN.md, Measurements).
+  double warmup_ms = 0;
   int repeats = 3;
   uint64_t seed = 42;
   bool check = true;

@@ -213,6 +213,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                  {"device", dev}, {"kernel", cp.kernel}, {"options", nlohmann::json::parse(cp.options_json)}};
     if (!cp.ranks.empty()) run["cp"]["ranks"] = cp.ranks;
     run["matrix"] = {{"name", spec.name}, {"source", spec.source.string()}, {"warmup", spec.warmup},
+                     {"warmup_ms", spec.warmup_ms},
                      {"repeats", spec.repeats}, {"seed", spec.seed}, {"check", spec.check}};
     writer->write_run(run);
   }
@@ -345,8 +346,20 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                       if (strategy->vtable().backward(strategy->get(), plan, &ba, &exec) != LCA_OK)
                         throw std::runtime_error(std::string("ERROR|backward: ") + strategy->vtable().last_error());
                     };
-                    for (int i = 0; i < spec.warmup; ++i) call();
+                    // Warm-up: spec.warmup calls, then on while any rank has less than
+                    // spec.warmup_ms behind it (the ranks agree on each further call: every
+                    // rank must make the same calls, the strategies' collectives inside them).
+                    const auto warm0 = std::chrono::steady_clock::now();
+                    for (; r.warmup_calls < spec.warmup; ++r.warmup_calls) call();
                     be.synchronize();
+                    while (spec.warmup_ms > 0) {
+                      const double ms =
+                          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm0).count();
+                      if (reduce(control, ms < spec.warmup_ms ? 1.0 : 0.0, LCA_REDUCE_MAX) == 0.0) break;
+                      call();
+                      be.synchronize();
+                      ++r.warmup_calls;
+                    }
                     comm_clock.take_ms();
                     kernel_clock.take_ms();
                     std::vector<double> my_ms, my_comm, my_kernel;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <stdexcept>
 
 namespace lca::core {
@@ -81,6 +82,25 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The untimed calls before a cell's timed ones: `count` of them, then more until `min_ms` of wall
+// time has passed since the first. Past the count each call is waited for, so that the clock
+// reads the device's time and no more than one call is queued when it runs out. Returns the calls
+// made.
+int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  int calls = 0;
+  for (; calls < count; ++calls) call();
+  be.synchronize();
+  for (; min_ms > 0 && elapsed_ms() < min_ms; ++calls) {
+    call();
+    be.synchronize();
+  }
+  return calls;
+}
+
 }  // namespace
 
 uint64_t input_seed(uint64_t run_seed, int64_t S, int hq, int hkv, int d, int which) {
@@ -103,6 +123,7 @@ nlohmann::json CellResult::to_json() const {
   j["flops"] = flops;
   if (status == "ok" || status == "FAIL") {
     j["plan_ms"] = plan_ms;
+    j["warmup_calls"] = warmup_calls;
     j["time_ms"] = {{"median", median_ms}, {"min", min_ms}, {"max", max_ms}, {"all", times_ms}};
     j["tflops"] = tflops;
     if (gemm_fraction > 0) j["gemm_fraction"] = gemm_fraction;
@@ -126,6 +147,7 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
   r.tflops = j.value("tflops", 0.0);
   r.gemm_fraction = j.value("gemm_fraction", 0.0);
   r.plan_ms = j.value("plan_ms", 0.0);
+  r.warmup_calls = j.value("warmup_calls", 0);
   if (j.contains("time_ms")) {
     r.median_ms = j["time_ms"].value("median", 0.0);
     r.min_ms = j["time_ms"].value("min", 0.0);
@@ -300,8 +322,7 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
                              : k->vtable().forward(k->get(), plan, &fa, &exec);
     check_status(s, *k, bwd ? "backward" : "forward");
   };
-  for (int i = 0; i < options_.warmup; ++i) call();
-  be.synchronize();
+  r.warmup_calls = warm_up(be, call, options_.warmup, options_.warmup_ms);
   for (int i = 0; i < options_.repeats; ++i) {
     be.flush_caches();
     r.times_ms.push_back(be.time_ms(call));

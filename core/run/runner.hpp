@@ -24,6 +24,7 @@ struct CellResult {
   std::string status;   // ok, X, E, FAIL, ERROR, CRASH, TIMEOUT
   std::string reason;   // why, for every status but ok
   double plan_ms = 0;
+  int warmup_calls = 0;  // untimed calls made before the timed ones
   std::vector<double> times_ms;
   double median_ms = 0, min_ms = 0, max_ms = 0;
   int64_t area = 0;     // unmasked cells
@@ -55,6 +56,7 @@ double attention_flops(int64_t area, int head_dim, int heads_q, bool backward);
 
 struct RunnerOptions {
   int warmup = 1;
+  double warmup_ms = 0;  // MatrixSpec::warmup_ms
   int repeats = 3;
   uint64_t seed = 42;
   bool check = true;

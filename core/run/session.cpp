@@ -56,6 +56,7 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
     writer = std::make_unique<ResultsWriter>(options.out, options.resume);
     nlohmann::json run = options.environment;
     run["matrix"] = {{"name", spec.name}, {"source", spec.source.string()}, {"warmup", spec.warmup},
+                     {"warmup_ms", spec.warmup_ms},
                      {"repeats", spec.repeats}, {"seed", spec.seed}, {"check", spec.check}};
     run["cells"] = summary.cells;
     run["resumed"] = summary.resumed;
@@ -64,6 +65,7 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
 
   RunnerOptions ropt;
   ropt.warmup = spec.warmup;
+  ropt.warmup_ms = spec.warmup_ms;
   ropt.repeats = spec.repeats;
   ropt.seed = spec.seed;
   ropt.check = spec.check;

@@ -45,6 +45,7 @@ TEST(MatrixSpec, Defaults) {
   EXPECT_EQ(s.dtypes, std::vector<std::string>{"bf16"});
   EXPECT_EQ(s.passes, std::vector<std::string>{"fwd"});
   EXPECT_EQ(s.warmup, 1);
+  EXPECT_EQ(s.warmup_ms, 0.0);
   EXPECT_EQ(s.repeats, 3);
   EXPECT_EQ(s.seed, 42u);
   EXPECT_TRUE(s.check);
@@ -123,6 +124,9 @@ TEST(MatrixSpec, OtherBadFields) {
   EXPECT_HAS(refusal(with("head_dims", {"64"})), "'head_dims'");
   EXPECT_HAS(refusal(with("repeats", 0)), "'repeats'");
   EXPECT_HAS(refusal(with("warmup", -1)), "'warmup'");
+  EXPECT_HAS(refusal(with("warmup_ms", -5)), "'warmup_ms'");
+  EXPECT_HAS(refusal(with("warmup_ms", 1e9)), "'warmup_ms'");
+  EXPECT_EQ(parse(with("warmup_ms", 250)).warmup_ms, 250.0);
   EXPECT_HAS(refusal(with("masks", {1, 2})), "'masks'");
   json d = minimal();
   d.erase("masks");
@@ -136,7 +140,7 @@ TEST(MatrixSpec, OtherBadFields) {
 // A scalar of the wrong type is refused with the file and the field, not a bare JSON error.
 TEST(MatrixSpec, ScalarOfTheWrongTypeNamesTheField) {
   for (const auto& [field, value] : std::vector<std::pair<const char*, json>>{
-           {"warmup", "3"}, {"repeats", "many"}, {"check", "yes"}, {"name", 5}, {"cell_timeout_s", "2"}, {"seed", "x"}}) {
+           {"warmup", "3"}, {"warmup_ms", "200"}, {"repeats", "many"}, {"check", "yes"}, {"name", 5}, {"cell_timeout_s", "2"}, {"seed", "x"}}) {
     const std::string m = refusal(with(field, value));
     EXPECT_HAS(m, "'" + std::string(field) + "'");
   }

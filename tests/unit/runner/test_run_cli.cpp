@@ -57,6 +57,39 @@ TEST_F(RunCli, WarmupAndRepeatsOverrideTheMatrix) {
   EXPECT_NE(bad.err.find("--repeats"), std::string::npos) << bad.err;
 }
 
+// --warmup-ms: the warm-up goes on past --warmup calls until that much time has passed; each cell
+// says how many calls it made, and the run record what was asked.
+TEST_F(RunCli, WarmupMsWarmsUpForAtLeastThatLong) {
+  const auto out = work_ / "warm.jsonl";
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "fx_good", "--warmup", "2",
+                          "--warmup-ms", "40", "--repeats", "1", "--no-check", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.runs.size(), 1u);
+  EXPECT_EQ(rec.runs[0]["matrix"]["warmup_ms"], 40.0);
+  int timed = 0;
+  for (const auto& c : rec.cells)
+    if (c["status"] == "ok") {
+      ++timed;
+      const int calls = c["warmup_calls"];
+      // fx_good's call takes far less than 40 ms: many more than the two counted ones.
+      EXPECT_GT(calls, 2) << c.dump();
+      EXPECT_GE(c["seconds"].get<double>(), 0.040) << c.dump();
+    }
+  EXPECT_GT(timed, 0);
+
+  const auto plain = work_ / "plain.jsonl";
+  ASSERT_EQ(lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "fx_good", "--warmup", "2",
+                     "--repeats", "1", "--no-check", "--out", plain.string()})
+                .exit_code,
+            0);
+  for (const auto& c : read_records(plain).cells)
+    if (c["status"] == "ok") EXPECT_EQ(c["warmup_calls"], 2) << "by count alone, without --warmup-ms";
+  const auto bad = lcahost({"--matrix", (work_ / "tiny.json").string(), "--warmup-ms", "-1", "--dry-run"});
+  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
+  EXPECT_NE(bad.err.find("--warmup-ms"), std::string::npos) << bad.err;
+}
+
 TEST_F(RunCli, ResumeAppendsOnlyTheRest) {
   const auto out = work_ / "out.jsonl";
   ASSERT_EQ(lcahost({"--matrix", (work_ / "tiny.json").string(), "--out", out.string()}).exit_code, 0);

@@ -26,8 +26,8 @@ double wide_tile_speedup(bool forward) {
   return dev::sm90_backward_available() ? kSm90Backward / kMma64Backward : kMmaWideOverNarrow;
 }
 
-bool pair_forward(double idle_share, double mean_tiles, int32_t group) {
-  return dev::pair_forward_wanted(idle_share, mean_tiles, group);
+bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
+  return dev::pair_forward_wanted(idle_share, mean_tiles, max_tiles, group);
 }
 
 BwdPairing backward_pairing() {

@@ -27,10 +27,11 @@ struct UploadedSchedule {
   int32_t row_tiles = 0, tile_rows = 0, item_count = 0, busy_tiles = 0;
   float idle_share = 0.f, mean_tiles = 0.f;
   bool plain_walks = false;
+  int32_t max_tiles = 0;
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
                           row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count,
-                          counter.as<int32_t>(), busy_tiles, plain_walks};
+                          counter.as<int32_t>(), busy_tiles, plain_walks, max_tiles};
   }
 };
 
@@ -58,6 +59,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.tile_rows = s.tile_rows;
   u.idle_share = static_cast<float>(idle_share(s));
   u.mean_tiles = static_cast<float>(mean_tiles(s));
+  u.max_tiles = max_tiles(s);
   return u;
 }
 
@@ -136,7 +138,7 @@ class FlexFlash final : public lca::IKernel {
     });
     TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
     if (fwd.tile_rows == kFwdRows &&
-        pair_forward(idle_share(fwd), mean_tiles(fwd), static_cast<int32_t>(pr.heads_q / pr.heads_kv)))
+        pair_forward(idle_share(fwd), mean_tiles(fwd), max_tiles(fwd), static_cast<int32_t>(pr.heads_q / pr.heads_kv)))
       fwd = build_schedule(mask, /*by_query=*/true, kTile);
     plan->fwd = upload(fwd, exec);
     plan->fwd.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");

@@ -944,7 +944,7 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
     default:
       // A 128-row schedule: plan() did not take the pair kernel (Sm90Forward::pair), so the
       // 64-key kernel that skips idle tile halves stands in for it.
-      switch (default_sm90_forward(p.sched.idle_share, p.sched.mean_tiles, p.group)) {
+      switch (default_sm90_forward(p.sched.idle_share, p.sched.mean_tiles, p.sched.max_tiles, p.group)) {
         case Sm90Forward::pair:
         case Sm90Forward::skip64: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
         case Sm90Forward::persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
@@ -959,12 +959,12 @@ inline bool sm90_available() { return forward_choice() != ForwardChoice::mma && 
 // Whether plan() builds the forward's 64-row schedule for the pair kernel: where the wgmma kernels
 // run, the group is even, and LCA_FLEX_FORWARD asks for sm90_pair or, unset, the 128-row
 // schedule's idle share calls for it (default_sm90_forward).
-inline bool pair_forward_wanted(double idle_share, double mean_tiles, int32_t group) {
+inline bool pair_forward_wanted(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
   if (group % 2 != 0 || !sm90_available()) return false;
   const ForwardChoice choice = forward_choice();
   return choice == ForwardChoice::sm90_pair ||
          (choice == ForwardChoice::sm90_auto &&
-          default_sm90_forward(idle_share, mean_tiles, group) == Sm90Forward::pair);
+          default_sm90_forward(idle_share, mean_tiles, max_tiles, group) == Sm90Forward::pair);
 }
 
 }  // namespace lca_flex_flash::dev

@@ -36,6 +36,7 @@ struct DeviceSchedule {
   int32_t* counter = nullptr;
   int32_t busy_tiles = 0;      // row tiles with runs: order's first busy_tiles (the rest see nothing)
   bool plain_walks = false;    // backward only: every item one key tile walked up, heads outer (plain_walks)
+  int32_t max_tiles = 0;       // the most scheduled tiles of one row tile (max_tiles)
 };
 
 struct FwdParams {
@@ -89,7 +90,7 @@ double wide_tile_speedup(bool forward);
 
 // Whether the forward takes the Hopper pair kernel (forward_sm90.cuh, pair_forward_wanted), given
 // the 128-row schedule's idle share and mean tiles: plan() then builds the 64-row schedule.
-bool pair_forward(double idle_share, double mean_tiles, int32_t group);
+bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group);
 
 // How the Hopper backward puts key tiles into blocks (backward_items), from LCA_FLEX_BACKWARD:
 // one a block (sm90_unpaired, sm90_atomic); pairs on causal-like masks (the default); pairs on
@@ -107,22 +108,27 @@ BwdPairing backward_pairing();
 // prediction from v11's 6%, not timed.
 constexpr float kIdleShareFor64Keys = 0.1f;
 // ... and among the rest (forward_sm90.cuh), the persistent kernel where row tiles see at most
-// this many 64-key tiles on average: it saves each row tile its Q load, a lone S and softmax, a
-// lone P V and a block launch (~2.5 us of a sliding_window_causal tile's 18), but its steps run
-// ~2% slower than sm90_k128's on the full mask (ncu: 4% more instructions, NOTES v18; 9% before
-// its loop state was made warp-uniform). Measured (H100, A/B in turns, v18): sliding_window_causal
-// (18 tiles) +12-16%, sliding_window and sliding_window_document (32-34) -1 to +6%, full and
-// causal (256 at 16K) -1 to -3%, shared_question -3 to -6%. The threshold lies between 18 and 34;
-// not timed closer.
+// kPersistentMeanTiles 64-key tiles on average, or none sees more than kPersistentMaxTiles. It
+// saves each row tile its Q load, a lone S and softmax, a lone P V and a block launch (~2.5 us of
+// a sliding_window_causal tile's 18), but its steps run ~2% slower than sm90_k128's on the full
+// mask (ncu: 4% more instructions, NOTES v18). Measured at sustained clocks (H100, A/B in turns
+// after 300 ms of warm-up, NOTES v22), persistent over sm90_k128 at 2K / 4K / 8K (row tiles of at
+// most 32 / 64 / 128 tiles): full +5.6 / +2.4 / -0.5%, causal +6.7 / +3.0 / +0.6%,
+// shared_question +8.2 / +3.1 / -1.3%; sliding_window and sliding_window_document (34 tiles at
+// 8K-64K) +0.6 to +7%; full at 16K-64K -1.6 to -2%, global_sliding (row tiles of 256-1024) -1.8 to
+// +0.4%. (v18 timed causal and shared_question at 4K 1-6% slower persistent, by warm-up count
+// alone, at clocks that fell in some cells and not in others.) The mean's threshold covers masks
+// of many short row tiles and a few long ones (none among the builtin patterns at 4K-64K).
 constexpr float kPersistentMeanTiles = 24.f;
+constexpr int32_t kPersistentMaxTiles = 64;
 // Where the 64-key kernel is picked and the group (heads_q / heads_kv) is even, the pair kernel
 // is picked instead: plan() builds 64-row tiles and a block's two consumers take the same 64 rows
 // of two query heads that share K and V, so neither has idle tiles to skip (v19).
 // The default Hopper forward (LCA_FLEX_FORWARD unset), from the 128-row schedule.
 enum class Sm90Forward { k128, skip64, persistent, pair };
-constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles, int32_t group) {
+constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
   if (idle_share > kIdleShareFor64Keys) return group % 2 == 0 ? Sm90Forward::pair : Sm90Forward::skip64;
-  if (mean_tiles <= kPersistentMeanTiles) return Sm90Forward::persistent;
+  if (mean_tiles <= kPersistentMeanTiles || max_tiles <= kPersistentMaxTiles) return Sm90Forward::persistent;
   return Sm90Forward::k128;
 }
 // The default Hopper backward's choice (backward_sm90.cuh): the kernel that skips a consumer's

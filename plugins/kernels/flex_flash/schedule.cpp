@@ -340,6 +340,16 @@ double mean_tiles(const TileSchedule& s) {
   return s.row_tiles > 0 ? double(s.full_tiles + s.partial_tiles) / double(s.row_tiles) : 0.0;
 }
 
+int32_t max_tiles(const TileSchedule& s) {
+  int32_t most = 0;
+  for (int32_t t = 0; t < s.row_tiles; ++t) {
+    int32_t tiles = 0;
+    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) tiles += s.runs[r].end - s.runs[r].begin;
+    most = std::max(most, tiles);
+  }
+  return most;
+}
+
 namespace {
 
 // When the last of `costs` ends if they start in order on `slots` SMs, each taking the next one

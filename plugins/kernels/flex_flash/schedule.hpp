@@ -47,6 +47,8 @@ double idle_share(const TileSchedule& s);
 // Scheduled tiles per row tile (0 for no row tiles): how long a forward block walks, or a backward
 // one (query tiles a key tile sees); the default Hopper kernels are picked by it too (kernels.hpp).
 double mean_tiles(const TileSchedule& s);
+// The most scheduled tiles of any one row tile (0 for no row tiles).
+int32_t max_tiles(const TileSchedule& s);
 
 // by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).
 // tile_rows: 64 or 128. The mask must already be validated (slices in bounds, known types).

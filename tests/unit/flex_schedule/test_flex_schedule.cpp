@@ -393,34 +393,56 @@ TEST(FlexSchedule, AnEvenGroupTakesThePairForwardWhereTilesHaveIdleHalves) {
   for_each_builtin(/*by_query=*/true, {1024, 16384}, [&](const std::string& name, int64_t seqlen,
                                                           const TileSchedule& s) {
     const double share = lca_flex_flash::idle_share(s), tiles = lca_flex_flash::mean_tiles(s);
-    const Sm90Forward odd = lca_flex_flash::default_sm90_forward(share, tiles, 1);
+    const int32_t most = lca_flex_flash::max_tiles(s);
+    const Sm90Forward odd = lca_flex_flash::default_sm90_forward(share, tiles, most, 1);
     for (const int32_t group : {2, 8}) {
-      const Sm90Forward even = lca_flex_flash::default_sm90_forward(share, tiles, group);
+      const Sm90Forward even = lca_flex_flash::default_sm90_forward(share, tiles, most, group);
       if (odd == Sm90Forward::skip64) EXPECT_EQ(even, Sm90Forward::pair) << name << " " << seqlen;
       else EXPECT_EQ(even, odd) << name << " " << seqlen;
     }
-    EXPECT_NE(lca_flex_flash::default_sm90_forward(share, tiles, 3), Sm90Forward::pair) << name << " " << seqlen;
+    EXPECT_NE(lca_flex_flash::default_sm90_forward(share, tiles, most, 3), Sm90Forward::pair) << name << " " << seqlen;
     if (name == "block_sparse") EXPECT_EQ(odd, Sm90Forward::skip64) << seqlen;
   });
 }
 
 // The default Hopper forward takes the persistent kernel where it does not take the 64-key one
-// and row tiles see at most kPersistentMeanTiles 64-key tiles on average (default_sm90_forward). Of
-// the builtin patterns at their default parameters and 4K-64K that is sliding_window_causal
-// (1025 keys a row: 18 tiles) and, at 4K, where the windows are 512 and the documents short, the
-// other windows and block_causal_document (16-17 tiles); the rest keep the 128-key kernel
-// (sliding_window at 16K: 34 tiles).
+// and row tiles see at most kPersistentMeanTiles 64-key tiles on average, or none more than
+// kPersistentMaxTiles (default_sm90_forward). Of the builtin patterns at their default parameters
+// and 4K-64K that is every one at 4K (at most 64 tiles a row tile) but block_sparse (the pair
+// kernel), and the sliding windows at every length (1025 keys a row: 18 tiles causal, 34
+// two-sided); the rest keep the 128-key kernel (full at 16K: 256 tiles).
 TEST(FlexSchedule, ShortRowTilesPickThePersistentForward) {
-  const std::set<std::pair<std::string, int64_t>> persistent = {
-      {"sliding_window", 4096}, {"sliding_window_causal", 4096}, {"sliding_window_causal", 16384},
-      {"sliding_window_causal", 65536}, {"sliding_window_document", 4096}, {"block_causal_document", 4096}};
+  std::set<std::pair<std::string, int64_t>> persistent;
+  for (const char* name : {"full", "causal", "full_document", "causal_document", "sliding_window",
+                           "sliding_window_causal", "sliding_window_document", "shared_question", "causal_blockwise",
+                           "prefix_lm_causal", "prefix_lm_document", "global_sliding", "block_causal_document"})
+    persistent.insert({name, 4096});
+  for (const char* name : {"sliding_window", "sliding_window_causal", "sliding_window_document"})
+    for (const int64_t seqlen : {16384, 65536}) persistent.insert({name, seqlen});
   for_each_builtin(/*by_query=*/true, {4096, 16384, 65536}, [&](const std::string& name, int64_t seqlen,
                                                                  const TileSchedule& s) {
     const double tiles = lca_flex_flash::mean_tiles(s);
-    const bool picked = lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s), tiles, 8) ==
+    const int32_t most = lca_flex_flash::max_tiles(s);
+    const bool picked = lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s), tiles, most, 8) ==
                         lca_flex_flash::Sm90Forward::persistent;
-    EXPECT_EQ(picked, persistent.count({name, seqlen}) == 1) << name << " " << seqlen << ": " << tiles;
+    EXPECT_EQ(picked, persistent.count({name, seqlen}) == 1) << name << " " << seqlen << ": " << tiles << " / " << most;
   });
+}
+
+// max_tiles: the longest row tile's scheduled tiles. Full at 4K: 64 on every row tile; causal:
+// the last row tile's 64; sliding_window (1024 each side): 2176 keys, 34 tiles of 64.
+TEST(FlexSchedule, MaxTilesIsTheLongestRowTile) {
+  auto& p = BuiltinProvider::instance();
+  for (const auto& [name, want] : std::vector<std::pair<const char*, int32_t>>{
+           {"full", 64}, {"causal", 64}, {"sliding_window", 18}}) {
+    auto g = p.generate(name, "{}", 4096, 42);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    EXPECT_EQ(lca_flex_flash::max_tiles(build_schedule(*g.mask, /*by_query=*/true, 128)), want) << name;
+  }
+  auto w = p.generate("sliding_window", "{}", 16384, 42);
+  ASSERT_EQ(w.status, LCA_OK) << w.error;
+  EXPECT_EQ(lca_flex_flash::max_tiles(build_schedule(*w.mask, /*by_query=*/true, 128)), 34);
+  EXPECT_EQ(lca_flex_flash::max_tiles(lca_flex_flash::TileSchedule{}), 0);
 }
 
 // The default Hopper backward takes the kernel whose consumers skip their idle iterations where

@@ -89,7 +89,8 @@ LCA_FLEX_DECLARE(LCA_DTYPE_F16, 128)
 double wide_tile_speedup(bool forward);
 
 // Whether the forward takes the Hopper pair kernel (forward_sm90.cuh, pair_forward_wanted), given
-// the 128-row schedule's idle share and mean tiles: plan() then builds the 64-row schedule.
+// the 128-row schedule's idle share, mean and most tiles a row tile: plan() then builds the 64-row
+// schedule.
 bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group);
 
 // How the Hopper backward puts key tiles into blocks (backward_items), from LCA_FLEX_BACKWARD:

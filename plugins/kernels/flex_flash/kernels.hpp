@@ -149,8 +149,15 @@ constexpr float kIdleShareForSkip = 0.1f;
 // block_sparse without that start: 1.11x at 32K (3072 iterations), 0.79x at 64K (6144); not
 // timed closer.
 constexpr float kSkipWalkLimit = 4096.f;
+// Plain walks too have a limit, of this many iterations: past block_sparse at 64K the skip kernel
+// falls apart. Measured (H100, NOTES v22), block_sparse backward, skip / no skip, TFLOP/s: 64K
+// (6146 iterations) 421 / 338, 80K (7682) 231 / 342, 96K 217 / 343, 112K 209 / 342, 128K 216 /
+// 338; at 256K the skip kernel's L2 hit rate is 34% (92.6% at 64K) and it reads ~59 KB from
+// DRAM an iteration, all of its Q, dO and dQ tiles. Why the rotated start stops keeping the
+// blocks together there is not known; the kernel without the skip holds its rate at every length.
+constexpr float kPlainSkipWalkLimit = 7000.f;
 constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, bool plain_walks) {
-  return idle_share > kIdleShareForSkip && (plain_walks || mean_walk <= kSkipWalkLimit);
+  return idle_share > kIdleShareForSkip && mean_walk <= (plain_walks ? kPlainSkipWalkLimit : kSkipWalkLimit);
 }
 
 // dtype: lca_dtype (bf16 or f16); head_dim 64 or 128. Launch errors throw lca::Error.

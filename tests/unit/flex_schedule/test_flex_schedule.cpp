@@ -461,18 +461,20 @@ TEST(FlexSchedule, IdleHalvesPickTheSkippingBackwardForBlockSparseAndShortMasks)
 }
 
 // block_sparse's backward blocks are plain walks (one key tile, up, heads outer) at every length,
-// so the default takes the skip kernel there however long the walk (64K: 6144 iterations, over
-// kSkipWalkLimit); walks that are not plain keep the limit. Causal's blocks are pairs: not plain.
-TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardAtAnyLength) {
+// so the default takes the skip kernel there up to kPlainSkipWalkLimit (64K: 6146 iterations, over
+// kSkipWalkLimit), and not at 80K (7682) and beyond, where it loses to the kernel without the
+// skip; walks that are not plain keep kSkipWalkLimit. Causal's blocks are pairs: not plain.
+TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
   auto& p = BuiltinProvider::instance();
-  for (const int64_t seqlen : {16384, 65536}) {
+  for (const int64_t seqlen : {16384, 65536, 81920}) {
     auto g = p.generate("block_sparse", "{}", seqlen, 42);
     ASSERT_EQ(g.status, LCA_OK) << g.error;
     const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
     const auto items = backward_items(s, 8, 8, 132, BwdPairing::kAuto);
     EXPECT_TRUE(lca_flex_flash::plain_walks(items)) << seqlen;
     const double walk = lca_flex_flash::mean_tiles(s) * 8;
-    EXPECT_TRUE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, true)) << seqlen;
+    EXPECT_EQ(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, true), seqlen <= 65536)
+        << seqlen << ": " << walk;
     if (seqlen == 65536) {
       EXPECT_GT(walk, lca_flex_flash::kSkipWalkLimit);
       EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, false));

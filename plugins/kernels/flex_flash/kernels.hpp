@@ -139,18 +139,18 @@ constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles,
 // the other builtin masks only some at 1K-2K, test_flex_schedule pins which). The threshold is
 // chosen, not timed.
 constexpr float kIdleShareForSkip = 0.1f;
-// ... and where every block's walk is plain (one key tile, walked up, heads outer), or a block
-// walks at most this many iterations (query tiles x heads of the group, on average). The skip
-// makes an iteration's time depend on the block's mask, so blocks end at different times and
-// those that start after the first wave would read query tiles far from where the running blocks
-// are, out of L2. Plain walks start where the running blocks of their kv head are and go round
+// ... and where a block walks at most this many iterations (query tiles x heads of the group, on
+// average), or kPlainSkipWalkLimit where every block's walk is plain (one key tile, walked up,
+// heads outer). The skip makes an iteration's time depend on the block's mask, so blocks end at
+// different times and those that start after the first wave would read query tiles far from where
+// the running blocks are, out of L2. Plain walks start where the running blocks of their kv head are and go round
 // (backward_sm90.cuh, v20): block_sparse at 64K (6144 iterations) went from 0.79x to 1.27x the
 // kernel without the skip (L2 hit rate 63% -> 95%). Other walks keep the limit, from v15's
 // block_sparse without that start: 1.11x at 32K (3072 iterations), 0.79x at 64K (6144); not
 // timed closer.
 constexpr float kSkipWalkLimit = 4096.f;
 // Plain walks too have a limit, of this many iterations: past block_sparse at 64K the skip kernel
-// falls apart. Measured (H100, NOTES v22), block_sparse backward, skip / no skip, TFLOP/s: 64K
+// falls apart. Measured (H100, NOTES v23), block_sparse backward, skip / no skip, TFLOP/s: 64K
 // (6146 iterations) 421 / 338, 80K (7682) 231 / 342, 96K 217 / 343, 112K 209 / 342, 128K 216 /
 // 338; at 256K the skip kernel's L2 hit rate is 34% (92.6% at 64K) and it reads ~59 KB from
 // DRAM an iteration, all of its Q, dO and dQ tiles. Why the rotated start stops keeping the

@@ -74,7 +74,11 @@ def _matrix(m):
     if not m:
         return None
     parts = [f"`{m.get('name', '?')}`"]
-    for k in ("warmup", "repeats", "seed"):
+    if "warmup" in m:
+        parts.append(f"warmup {m['warmup']}")
+    if m.get("warmup_ms"):
+        parts.append(f"and {m['warmup_ms']:g} ms")
+    for k in ("repeats", "seed"):
         if k in m:
             parts.append(f"{k} {m[k]}")
     if "check" in m:

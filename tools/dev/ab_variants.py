@@ -9,7 +9,10 @@ runs the cell), else by flex_flash's throughput against the first variant's. Usa
       --matrix FILE.json --out DIR [--rounds 2] [--no-check] [--kernels flex_flash] VAR=VALUE [VAR=VALUE ...]
 A variant plugins=DIR runs the plugins built in DIR (two trees side by side) with the environment
 as it is.
-Prints one line per cell and variant, then `best: VAR=VALUE` (the highest geometric mean)."""
+Prints one line per cell and variant, then `best: VAR=VALUE` (the highest geometric mean).
+The matrices in tools/dev/matrices warm up for 300 ms a cell (warmup_ms): on an H100 at its power
+limit, a variant timed at boost clocks against one timed throttled differs by up to 12% for no
+reason of its own (docs/kernels/NOTES.md v22)."""
 import argparse
 import json
 import math

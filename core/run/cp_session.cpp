@@ -346,20 +346,11 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                       if (strategy->vtable().backward(strategy->get(), plan, &ba, &exec) != LCA_OK)
                         throw std::runtime_error(std::string("ERROR|backward: ") + strategy->vtable().last_error());
                     };
-                    // Warm-up: spec.warmup calls, then on while any rank has less than
-                    // spec.warmup_ms behind it (the ranks agree on each further call: every
-                    // rank must make the same calls, the strategies' collectives inside them).
-                    const auto warm0 = std::chrono::steady_clock::now();
-                    for (; r.warmup_calls < spec.warmup; ++r.warmup_calls) call();
-                    be.synchronize();
-                    while (spec.warmup_ms > 0) {
-                      const double ms =
-                          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm0).count();
-                      if (reduce(control, ms < spec.warmup_ms ? 1.0 : 0.0, LCA_REDUCE_MAX) == 0.0) break;
-                      call();
-                      be.synchronize();
-                      ++r.warmup_calls;
-                    }
+                    // Warm-up, on while any rank has less than spec.warmup_ms behind it: the
+                    // strategies' collectives are inside the calls, so all ranks make each one.
+                    r.warmup_calls = warm_up(be, call, spec.warmup, spec.warmup_ms, [&](bool more) {
+                      return reduce(control, more ? 1.0 : 0.0, LCA_REDUCE_MAX) != 0.0;
+                    });
                     comm_clock.take_ms();
                     kernel_clock.take_ms();
                     std::vector<double> my_ms, my_comm, my_kernel;

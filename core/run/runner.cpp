@@ -82,11 +82,10 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// The untimed calls before a cell's timed ones: `count` of them, then more until `min_ms` of wall
-// time has passed since the first. Past the count each call is waited for, so that the clock
-// reads the device's time and no more than one call is queued when it runs out. Returns the calls
-// made.
-int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms) {
+}  // namespace
+
+int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms,
+            const std::function<bool(bool)>& agree) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed_ms = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -94,14 +93,15 @@ int warm_up(Backend& be, const std::function<void()>& call, int count, double mi
   int calls = 0;
   for (; calls < count; ++calls) call();
   be.synchronize();
-  for (; min_ms > 0 && elapsed_ms() < min_ms; ++calls) {
+  if (min_ms <= 0) return calls;
+  for (;; ++calls) {
+    const bool more = elapsed_ms() < min_ms;
+    if (!(agree ? agree(more) : more)) break;
     call();
     be.synchronize();
   }
   return calls;
 }
-
-}  // namespace
 
 uint64_t input_seed(uint64_t run_seed, int64_t S, int hq, int hkv, int d, int which) {
   const uint64_t problem = mix(run_seed, static_cast<uint64_t>(S * 131 + hq * 7 + hkv * 3 + d));

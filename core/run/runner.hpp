@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -64,6 +65,14 @@ struct RunnerOptions {
   double max_reference_flops = 4e12;
   double gemm_tflops = 0;          // measured ceiling; 0 = unknown
 };
+
+// The untimed calls before a cell's timed ones: `count` of them, then more until `min_ms` of wall
+// time has passed since the first (MatrixSpec::warmup_ms). Past the count each call is waited for,
+// so that the clock reads the device's time and no more than one call is queued when it runs out.
+// agree (CP ranks): given whether this rank wants another call, whether all ranks make one; every
+// rank must make the same calls. Returns the calls made.
+int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms,
+            const std::function<bool(bool)>& agree = {});
 
 class Runner {
  public:

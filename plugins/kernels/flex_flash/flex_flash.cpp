@@ -59,7 +59,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.tile_rows = s.tile_rows;
   u.idle_share = static_cast<float>(idle_share(s));
   u.mean_tiles = static_cast<float>(mean_tiles(s));
-  u.max_tiles = max_tiles(s);
+  u.max_tiles = s.max_tiles;
   return u;
 }
 
@@ -138,7 +138,7 @@ class FlexFlash final : public lca::IKernel {
     });
     TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
     if (fwd.tile_rows == kFwdRows &&
-        pair_forward(idle_share(fwd), mean_tiles(fwd), max_tiles(fwd), static_cast<int32_t>(pr.heads_q / pr.heads_kv)))
+        pair_forward(idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, static_cast<int32_t>(pr.heads_q / pr.heads_kv)))
       fwd = build_schedule(mask, /*by_query=*/true, kTile);
     plan->fwd = upload(fwd, exec);
     plan->fwd.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");

@@ -36,7 +36,7 @@ struct DeviceSchedule {
   int32_t* counter = nullptr;
   int32_t busy_tiles = 0;      // row tiles with runs: order's first busy_tiles (the rest see nothing)
   bool plain_walks = false;    // backward only: every item one key tile walked up, heads outer (plain_walks)
-  int32_t max_tiles = 0;       // the most scheduled tiles of one row tile (max_tiles)
+  int32_t max_tiles = 0;       // the most scheduled tiles of one row tile (TileSchedule::max_tiles)
 };
 
 struct FwdParams {

@@ -316,6 +316,7 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
   std::stable_sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) { return cost[a] > cost[b]; });
   // A row tile has runs exactly where it has cost, so the sort put those without last.
   for (int32_t t = 0; t < s.row_tiles; ++t) s.busy_tiles += s.run_offsets[t] < s.run_offsets[t + 1];
+  if (s.row_tiles > 0) s.max_tiles = static_cast<int32_t>(cost[static_cast<size_t>(s.order[0])]);
   return s;
 }
 
@@ -338,16 +339,6 @@ double idle_share(const TileSchedule& s) {
 
 double mean_tiles(const TileSchedule& s) {
   return s.row_tiles > 0 ? double(s.full_tiles + s.partial_tiles) / double(s.row_tiles) : 0.0;
-}
-
-int32_t max_tiles(const TileSchedule& s) {
-  int32_t most = 0;
-  for (int32_t t = 0; t < s.row_tiles; ++t) {
-    int32_t tiles = 0;
-    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) tiles += s.runs[r].end - s.runs[r].begin;
-    most = std::max(most, tiles);
-  }
-  return most;
 }
 
 namespace {

@@ -37,6 +37,7 @@ struct TileSchedule {
   std::vector<uint64_t> bits;   // tile_rows words per distinct partial-tile bitmask
   std::vector<int32_t> order;   // row tiles, most tiles first (the launch order)
   int32_t busy_tiles = 0;       // row tiles with runs: order's first busy_tiles, the rest see nothing
+  int32_t max_tiles = 0;        // the most scheduled tiles of one row tile: order's first one's
   int64_t full_tiles = 0, partial_tiles = 0;
   int64_t idle_halves = 0;  // 64-row halves of tiles that see nothing (the idle bits set, summed)
 };
@@ -47,8 +48,6 @@ double idle_share(const TileSchedule& s);
 // Scheduled tiles per row tile (0 for no row tiles): how long a forward block walks, or a backward
 // one (query tiles a key tile sees); the default Hopper kernels are picked by it too (kernels.hpp).
 double mean_tiles(const TileSchedule& s);
-// The most scheduled tiles of any one row tile (0 for no row tiles).
-int32_t max_tiles(const TileSchedule& s);
 
 // by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).
 // tile_rows: 64 or 128. The mask must already be validated (slices in bounds, known types).

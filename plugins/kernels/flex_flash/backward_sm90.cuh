@@ -106,8 +106,11 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t dq_full = bar_kv + 8u * (1 + 2 * L::kStages), dq_empty = dq_full + 8u, kv_empty = dq_empty + 8u;
   const uint32_t sdq = base + L::kDqOffset;
 
-  const BwdItem& item = p.sched.items[blockIdx.x];
-  const int hk = blockIdx.y;
+  // The block's item and kv head: blocks go out in grid order (x fastest), one kv head's items
+  // after another's, or (kv_heads_inner) every kv head's first item, then every kv head's second.
+  const int32_t linear = static_cast<int32_t>(blockIdx.y * gridDim.x + blockIdx.x);
+  const BwdItem& item = p.sched.items[p.sched.kv_heads_inner ? linear / p.heads_kv : blockIdx.x];
+  const int hk = p.sched.kv_heads_inner ? linear % p.heads_kv : static_cast<int>(blockIdx.y);
   // sm90_atomic runs one tile a block (backward_pairing): with two, its consumers spill.
   const int parts = kTmaDq && item.tiles[1] >= 0 ? 2 : 1;
   // The item's fields by part, selected rather than indexed: an array indexed by a loop variable

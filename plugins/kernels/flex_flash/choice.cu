@@ -36,4 +36,10 @@ BwdPairing backward_pairing() {
   return v == "sm90_paired" ? BwdPairing::kAll : BwdPairing::kAuto;
 }
 
+BwdOrder backward_order() {
+  static const std::string v = dev::variant_env("LCA_FLEX_BWD_ORDER", "kv_heads_outer kv_heads_inner");
+  if (v.empty()) return BwdOrder::kAuto;
+  return v == "kv_heads_inner" ? BwdOrder::kHeadsInner : BwdOrder::kHeadsOuter;
+}
+
 }  // namespace lca_flex_flash

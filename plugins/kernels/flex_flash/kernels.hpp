@@ -10,6 +10,7 @@
 #include <lca/abi.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace lca_flex_flash {
 
@@ -37,6 +38,7 @@ struct DeviceSchedule {
   int32_t busy_tiles = 0;      // row tiles with runs: order's first busy_tiles (the rest see nothing)
   bool plain_walks = false;    // backward only: every item one key tile walked up, heads outer (plain_walks)
   int32_t max_tiles = 0;       // the most scheduled tiles of one row tile (TileSchedule::max_tiles)
+  bool kv_heads_inner = false; // backward only: blocks go out kv heads inner (kv_heads_inner)
 };
 
 struct FwdParams {
@@ -98,6 +100,9 @@ bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32
 // every mask, none split (sm90_paired: the two-tile path even on problems too small to fill the
 // GPU, as in the tests).
 BwdPairing backward_pairing();
+// The order of the Hopper backward's blocks, from LCA_FLEX_BWD_ORDER: kv_heads_outer or
+// kv_heads_inner; unset (kAuto), default_kv_heads_inner's.
+BwdOrder backward_order();
 
 // The launchers' thresholds, here rather than in the .cuh files so that the host tests check the
 // builtin masks against the same numbers (test_flex_schedule).
@@ -158,6 +163,16 @@ constexpr float kSkipWalkLimit = 4096.f;
 constexpr float kPlainSkipWalkLimit = 7000.f;
 constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, bool plain_walks) {
   return idle_share > kIdleShareForSkip && mean_walk <= (plain_walks ? kPlainSkipWalkLimit : kSkipWalkLimit);
+}
+
+// The default order of the Hopper backward's blocks (LCA_FLEX_BWD_ORDER unset): kv_heads_inner's
+// rule, but never for the skip kernel, whose rotated walks start where their kv head's running
+// blocks are: block_sparse lost 3 / 9% heads inner at 4K / 8K, where the simulation promised
+// +7 / +2% (H100, NOTES v24).
+inline bool default_kv_heads_inner(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t heads_kv,
+                                   int32_t group, int32_t slots) {
+  if (default_sm90_skip_backward(idle_share(s), mean_tiles(s) * group, plain_walks(items))) return false;
+  return kv_heads_inner(items, heads_kv, group, slots);
 }
 
 // dtype: lca_dtype (bf16 or f16); head_dim 64 or 128. Launch errors throw lca::Error.

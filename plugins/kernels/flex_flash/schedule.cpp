@@ -360,6 +360,26 @@ int64_t simulated_makespan(const std::vector<int64_t>& costs, int32_t slots) {
 
 }  // namespace
 
+int64_t item_cost(const BwdItem& it, int32_t group) {
+  // A block's fixed cost (K and V in, dK and dV out) in iterations' worth: an estimate, not timed.
+  constexpr int64_t kBlockOverhead = 4;
+  return kBlockOverhead + (int64_t{it.query_tiles[0]} + it.query_tiles[1]) * group;
+}
+
+bool kv_heads_inner(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots) {
+  if (slots <= 0 || heads_kv <= 1 || items.empty()) return false;
+  int64_t longest = 0;
+  for (const BwdItem& it : items) longest = std::max(longest, (int64_t{it.query_tiles[0]} + it.query_tiles[1]) * group);
+  if (longest > kHeadsInnerWalkLimit) return false;
+  std::vector<int64_t> outer, inner;
+  outer.reserve(items.size() * static_cast<size_t>(heads_kv));
+  inner.reserve(outer.capacity());
+  for (int32_t h = 0; h < heads_kv; ++h)
+    for (const BwdItem& it : items) outer.push_back(item_cost(it, group));
+  for (const BwdItem& it : items) inner.insert(inner.end(), static_cast<size_t>(heads_kv), item_cost(it, group));
+  return double(simulated_makespan(inner, slots)) * (1.0 + kHeadsInnerGain) <= double(simulated_makespan(outer, slots));
+}
+
 std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,
                                     BwdPairing pairing) {
   const int32_t n = s.row_tiles;
@@ -402,14 +422,7 @@ std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int
   // end there as start together (causal), else at the start; the second tile of a pair walks back.
   const bool down = at_end >= at_start;
   const int32_t single_flags = pair ? kWalkHeadsInner | (down ? kWalkDown0 : 0) : 0;
-  // A block's fixed cost (K and V in, dK and dV out) in iterations' worth: an estimate, not timed.
-  constexpr int64_t kBlockOverhead = 4;
-  auto cost = [&](const BwdItem& it) {
-    int64_t c = kBlockOverhead;
-    for (const int32_t t : it.tiles)
-      if (t >= 0) c += tiles[t] * group;
-    return c;
-  };
+  auto cost = [group](const BwdItem& it) { return item_cost(it, group); };
   const int32_t pairs = pair ? n / 2 : 0;
   // The items with the last `split` pairs (those of middling tiles) launched as single tiles.
   auto build = [&](int32_t split) {

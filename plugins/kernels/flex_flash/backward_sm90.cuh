@@ -106,11 +106,14 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t dq_full = bar_kv + 8u * (1 + 2 * L::kStages), dq_empty = dq_full + 8u, kv_empty = dq_empty + 8u;
   const uint32_t sdq = base + L::kDqOffset;
 
-  // The block's item and kv head: blocks go out in grid order (x fastest), one kv head's items
-  // after another's, or (kv_heads_inner) every kv head's first item, then every kv head's second.
+  // The block's item and kv head. Blocks go out in grid order (x fastest): groups of g kv heads
+  // one after another, and in a group every kv head's first item, then every kv head's second ...
+  // (g = 1: items x and kv head y, one kv head after another).
+  const int32_t together = p.sched.kv_heads_together;
+  const int32_t span = static_cast<int32_t>(gridDim.x) * together;
   const int32_t linear = static_cast<int32_t>(blockIdx.y * gridDim.x + blockIdx.x);
-  const BwdItem& item = p.sched.items[p.sched.kv_heads_inner ? linear / p.heads_kv : blockIdx.x];
-  const int hk = p.sched.kv_heads_inner ? linear % p.heads_kv : static_cast<int>(blockIdx.y);
+  const BwdItem& item = p.sched.items[linear % span / together];
+  const int hk = linear / span * together + linear % together;
   // sm90_atomic runs one tile a block (backward_pairing): with two, its consumers spill.
   const int parts = kTmaDq && item.tiles[1] >= 0 ? 2 : 1;
   // The item's fields by part, selected rather than indexed: an array indexed by a loop variable

@@ -2,6 +2,8 @@
 #include "backward.cuh"
 #include "forward.cuh"
 
+#include <numeric>
+
 namespace lca_flex_flash {
 
 namespace {
@@ -36,10 +38,13 @@ BwdPairing backward_pairing() {
   return v == "sm90_paired" ? BwdPairing::kAll : BwdPairing::kAuto;
 }
 
-BwdOrder backward_order() {
-  static const std::string v = dev::variant_env("LCA_FLEX_BWD_ORDER", "kv_heads_outer kv_heads_inner");
-  if (v.empty()) return BwdOrder::kAuto;
-  return v == "kv_heads_inner" ? BwdOrder::kHeadsInner : BwdOrder::kHeadsOuter;
+int32_t backward_kv_heads_together(int32_t heads_kv) {
+  static const std::string v =
+      dev::variant_env("LCA_FLEX_BWD_ORDER", "kv_heads_outer kv_heads_inner kv_heads_2 kv_heads_4");
+  if (v.empty()) return 0;
+  if (v == "kv_heads_outer") return 1;
+  if (v == "kv_heads_inner") return heads_kv;
+  return std::gcd(v == "kv_heads_2" ? 2 : 4, heads_kv);
 }
 
 }  // namespace lca_flex_flash

@@ -28,11 +28,11 @@ struct UploadedSchedule {
   float idle_share = 0.f, mean_tiles = 0.f;
   bool plain_walks = false;
   int32_t max_tiles = 0;
-  bool kv_heads_inner = false;
+  int32_t kv_heads_together = 1;
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
                           row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count,
-                          counter.as<int32_t>(), busy_tiles, plain_walks, max_tiles, kv_heads_inner};
+                          counter.as<int32_t>(), busy_tiles, plain_walks, max_tiles, kv_heads_together};
   }
 };
 
@@ -125,22 +125,21 @@ class FlexFlash final : public lca::IKernel {
     // reading the mask after plan() returns.
     const double fwd_speedup = wide_tile_speedup(true), bwd_speedup = wide_tile_speedup(false);
     const BwdPairing pairing = backward_pairing();
-    const BwdOrder order = backward_order();
+    const int32_t heads_kv = static_cast<int32_t>(pr.heads_kv);
+    const int32_t together = backward_kv_heads_together(heads_kv);
     int device = 0, sms = 0;
     LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
     LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     struct Bwd {
       TileSchedule sched;
       std::vector<BwdItem> items;
-      bool kv_heads_inner = false;
+      int32_t kv_heads_together = 1;
     };
-    auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, order, sms] {
+    auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, sms] {
       Bwd b{build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, bwd_speedup), {}};
       const int32_t group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
-      b.items = backward_items(b.sched, pr.heads_kv, group, sms, pairing);
-      b.kv_heads_inner = order == BwdOrder::kAuto
-                             ? default_kv_heads_inner(b.sched, b.items, static_cast<int32_t>(pr.heads_kv), group, sms)
-                             : order == BwdOrder::kHeadsInner;
+      b.items = backward_items(b.sched, heads_kv, group, sms, pairing);
+      b.kv_heads_together = together > 0 ? together : default_kv_heads_together(b.sched, b.items, heads_kv, group, sms);
       return b;
     });
     TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
@@ -151,7 +150,7 @@ class FlexFlash final : public lca::IKernel {
     plan->fwd.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");
     const Bwd b = bwd.get();
     plan->bwd = upload(b.sched, exec, b.items);
-    plan->bwd.kv_heads_inner = b.kv_heads_inner;
+    plan->bwd.kv_heads_together = b.kv_heads_together;
     plan->bwd.counter =
         upload(std::vector<int32_t>(static_cast<size_t>(pr.heads_kv), 0), exec, "the skip backward's walk places");
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here

@@ -38,7 +38,9 @@ struct DeviceSchedule {
   int32_t busy_tiles = 0;      // row tiles with runs: order's first busy_tiles (the rest see nothing)
   bool plain_walks = false;    // backward only: every item one key tile walked up, heads outer (plain_walks)
   int32_t max_tiles = 0;       // the most scheduled tiles of one row tile (TileSchedule::max_tiles)
-  bool kv_heads_inner = false; // backward only: blocks go out kv heads inner (kv_heads_inner)
+  // Backward only: the blocks go out in groups of this many kv heads (a divisor of heads_kv), each
+  // group's kv heads inner: 1, one kv head after another; heads_kv, all inner (kv_heads_together).
+  int32_t kv_heads_together = 1;
 };
 
 struct FwdParams {
@@ -100,9 +102,10 @@ bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32
 // every mask, none split (sm90_paired: the two-tile path even on problems too small to fill the
 // GPU, as in the tests).
 BwdPairing backward_pairing();
-// The order of the Hopper backward's blocks, from LCA_FLEX_BWD_ORDER: kv_heads_outer or
-// kv_heads_inner; unset (kAuto), default_kv_heads_inner's.
-BwdOrder backward_order();
+// The Hopper backward's kv heads together (DeviceSchedule::kv_heads_together), from
+// LCA_FLEX_BWD_ORDER: kv_heads_outer (1), kv_heads_inner (heads_kv), kv_heads_2 or kv_heads_4 (2 or
+// 4, or what of it divides heads_kv); 0 where it is unset: default_kv_heads_together's choice.
+int32_t backward_kv_heads_together(int32_t heads_kv);
 
 // The launchers' thresholds, here rather than in the .cuh files so that the host tests check the
 // builtin masks against the same numbers (test_flex_schedule).
@@ -165,14 +168,14 @@ constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, b
   return idle_share > kIdleShareForSkip && mean_walk <= (plain_walks ? kPlainSkipWalkLimit : kSkipWalkLimit);
 }
 
-// The default order of the Hopper backward's blocks (LCA_FLEX_BWD_ORDER unset): kv_heads_inner's
-// rule, but never for the skip kernel, whose rotated walks start where their kv head's running
-// blocks are: block_sparse lost 3 / 9% heads inner at 4K / 8K, where the simulation promised
-// +7 / +2% (H100, NOTES v24).
-inline bool default_kv_heads_inner(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t heads_kv,
-                                   int32_t group, int32_t slots) {
-  if (default_sm90_skip_backward(idle_share(s), mean_tiles(s) * group, plain_walks(items))) return false;
-  return kv_heads_inner(items, heads_kv, group, slots);
+// The default order of the Hopper backward's blocks (LCA_FLEX_BWD_ORDER unset): kv_heads_together's
+// rule, but g = 1 for the skip kernel, whose rotated walks start where their kv head's running
+// blocks are: block_sparse lost 3 / 9% with all kv heads inner at 4K / 8K, where the simulation
+// promised +7 / +2% (H100, NOTES v24).
+inline int32_t default_kv_heads_together(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t heads_kv,
+                                         int32_t group, int32_t slots) {
+  if (default_sm90_skip_backward(idle_share(s), mean_tiles(s) * group, plain_walks(items))) return 1;
+  return kv_heads_together(items, heads_kv, group, slots);
 }
 
 // dtype: lca_dtype (bf16 or f16); head_dim 64 or 128. Launch errors throw lca::Error.

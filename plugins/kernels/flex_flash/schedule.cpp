@@ -366,18 +366,25 @@ int64_t item_cost(const BwdItem& it, int32_t group) {
   return kBlockOverhead + (int64_t{it.query_tiles[0]} + it.query_tiles[1]) * group;
 }
 
-bool kv_heads_inner(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots) {
-  if (slots <= 0 || heads_kv <= 1 || items.empty()) return false;
+int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots,
+                                 int32_t g) {
+  std::vector<int64_t> costs;
+  costs.reserve(items.size() * static_cast<size_t>(heads_kv));
+  for (int32_t first = 0; first < heads_kv; first += g)
+    for (const BwdItem& it : items) costs.insert(costs.end(), static_cast<size_t>(g), item_cost(it, group));
+  return simulated_makespan(costs, slots);
+}
+
+int32_t kv_heads_together(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots) {
+  if (slots <= 0 || items.empty()) return 1;
   int64_t longest = 0;
   for (const BwdItem& it : items) longest = std::max(longest, (int64_t{it.query_tiles[0]} + it.query_tiles[1]) * group);
-  if (longest > kHeadsInnerWalkLimit) return false;
-  std::vector<int64_t> outer, inner;
-  outer.reserve(items.size() * static_cast<size_t>(heads_kv));
-  inner.reserve(outer.capacity());
-  for (int32_t h = 0; h < heads_kv; ++h)
-    for (const BwdItem& it : items) outer.push_back(item_cost(it, group));
-  for (const BwdItem& it : items) inner.insert(inner.end(), static_cast<size_t>(heads_kv), item_cost(it, group));
-  return double(simulated_makespan(inner, slots)) * (1.0 + kHeadsInnerGain) <= double(simulated_makespan(outer, slots));
+  int32_t g = 1;
+  while (heads_kv % (2 * g) == 0 && 2 * g * longest <= kKvHeadsWalkLimit) g *= 2;
+  if (g == 1) return 1;
+  const int64_t apart = simulated_order_makespan(items, heads_kv, group, slots, 1);
+  const int64_t together = simulated_order_makespan(items, heads_kv, group, slots, g);
+  return double(together) * (1.0 + kKvHeadsGain) <= double(apart) ? g : 1;
 }
 
 std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,

@@ -97,27 +97,30 @@ std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int
 // plus an estimated fixed cost (K and V in, dK and dV out): the dispatch simulations' unit.
 int64_t item_cost(const BwdItem& it, int32_t group);
 
-// The order the Hopper backward's blocks go out in: every item of kv head 0, then of kv head 1 ...
-// (kv heads outer), or the first item of every kv head, then the second ... (kv heads inner).
-// Items are sorted longest first, so heads outer leaves the long items of the last kv heads to
-// start late: global_sliding's 16 key tiles of global keys walk every query tile, 2052 iterations
+// The order the Hopper backward's blocks go out in: kv heads in groups of g (a divisor of
+// heads_kv), one group after another, and in a group every kv head's first item, then every kv
+// head's second ... g = 1 is one kv head after another; g = heads_kv, all kv heads inner.
+// Items are sorted longest first, so g = 1 leaves the long items of the last kv heads to start
+// late: global_sliding's 16 key tiles of global keys walk every query tile, 2052 iterations
 // against the others' 532 at 16K, and the last kv head's start when the GPU has ~700 iterations an
-// SM left (simulated: 0.83 of the work's bound, against 0.97 heads inner). But heads inner runs
-// the blocks of all kv heads at once, and long walks of many kv heads at once read more than L2
-// holds (H100, NOTES v24: heads inner against outer, full 0.98 / 0.58 / 0.53 at 16K / 32K / 64K,
-// shared_question 0.94 / 0.63 / 0.79, global_sliding 1.11 / 1.07 / 0.95 where the simulation
-// promised 1.16 / 1.15 / 1.17).
-enum class BwdOrder { kAuto, kHeadsOuter, kHeadsInner };
-// Heads inner where the simulated dispatch of the items on `slots` SMs ends at least
-// kHeadsInnerGain sooner that way and no item walks more than kHeadsInnerWalkLimit iterations
-// (slots <= 0 or one kv head: never). Both chosen from that A/B, not tuned closer: the masks it
-// sped up were simulated 8-16% sooner with walks of up to 4096 iterations; those it slowed, 2-3%
-// sooner (sliding_window_document and shared_question at 16K / 64K) or with walks of 8192
-// (global_sliding at 64K). The default also keeps the skip kernel heads outer
-// (default_kv_heads_inner, kernels.hpp).
-constexpr double kHeadsInnerGain = 0.05;
-constexpr int64_t kHeadsInnerWalkLimit = 6144;
-bool kv_heads_inner(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots);
+// SM left (simulated: 0.83 of the work's bound, against 0.97 with g = 8). But a larger g runs the
+// long walks of more kv heads at once, and there heads inner can fall apart (H100, NOTES v24, all
+// kv heads inner against g = 1: full 0.58 / 0.53 at 32K / 64K, shared_question 0.63-0.79 at 32K and
+// 64K, block_sparse 0.46-0.54 at 16K-64K; global_sliding at 64K 0.85-1.14 across four runs, and with
+// g = 4 1.06 / 1.12).
+// The rule: the largest g (a power of two) for which g times the longest walk is at most
+// kKvHeadsWalkLimit iterations; taken if the simulated dispatch of the items on `slots` SMs ends at
+// least kKvHeadsGain sooner with it than with g = 1, else g = 1 (slots <= 0: 1). Both chosen from
+// those A/Bs, not tuned closer: heads inner sped up the masks simulated 8-16% sooner with walks of
+// up to 4096 iterations (8 x 4096 = 32768 at once) and slowed those simulated 2-3% sooner
+// (sliding_window_document and shared_question at 16K / 64K). The default also keeps the skip
+// kernel at g = 1 (default_kv_heads_together, kernels.hpp).
+constexpr double kKvHeadsGain = 0.05;
+constexpr int64_t kKvHeadsWalkLimit = 49152;
+int32_t kv_heads_together(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots);
+// When the last block ends if the items go out with g kv heads together (simulated; for the tests).
+int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots,
+                                 int32_t g);
 
 // Whether every block walks one key tile up with heads outer (no pairs, no flags): the Hopper skip
 // backward starts such walks where the running blocks of their kv head are (kernels.hpp,

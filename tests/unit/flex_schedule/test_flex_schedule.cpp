@@ -488,47 +488,61 @@ TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
   EXPECT_TRUE(lca_flex_flash::plain_walks(backward_items(s, 8, 8, 132, BwdPairing::kNone)));
 }
 
-// The backward's blocks go out kv heads inner where heads outer would leave long items to start
-// late and the walks are short enough for L2: global_sliding's key tiles of global keys (2052
-// iterations against 532 at 16K; simulated 0.83 -> 0.97 of the work's bound) up to 32K, not at
-// 64K (8192 iterations a walk); block_causal_document at 4K-16K. Where the items are alike (full,
-// causal's pairs, the windows) or the gain is small (sliding_window_document and shared_question
-// at 16K / 64K: 2-3%) heads outer stays, and the default keeps the skip kernel (block_sparse) heads
-// outer even where the rule alone would not (4K). No SMs or one kv head: outer.
-TEST(FlexSchedule, LongItemsOfFewKeyTilesGoOutKvHeadsInner) {
-  using lca_flex_flash::default_kv_heads_inner;
-  using lca_flex_flash::kv_heads_inner;
+// The backward's blocks go out with kv heads together where one kv head after another would leave
+// long items to start late, as many together as their walks allow: global_sliding (its key tiles
+// of global keys walk 2052 iterations against 532 at 16K; simulated 0.83 -> 0.97 of the work's
+// bound) all 8 up to 32K, 4 at 64K (walks of 8192), 2 at 128K; block_causal_document at 4K-16K.
+// Where the items are alike (full, causal's pairs, the windows) or the gain is small
+// (sliding_window_document and shared_question at 16K / 64K: 2-3%) the order stays, and the default
+// keeps the skip kernel (block_sparse) so even where the rule alone would not (4K).
+TEST(FlexSchedule, LongItemsOfFewKeyTilesGoOutWithKvHeadsTogether) {
+  using lca_flex_flash::default_kv_heads_together;
+  using lca_flex_flash::kv_heads_together;
+  using lca_flex_flash::simulated_order_makespan;
   auto& p = BuiltinProvider::instance();
-  auto inner = [&](const std::string& name, int64_t seqlen) {
+  auto together = [&](const std::string& name, int64_t seqlen) {
     auto g = p.generate(name, "{}", seqlen, 42);
     EXPECT_EQ(g.status, LCA_OK) << g.error;
     const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
     const auto items = backward_items(s, 8, 8, 132, BwdPairing::kAuto);
-    EXPECT_FALSE(kv_heads_inner(items, 8, 8, 0));
-    EXPECT_FALSE(kv_heads_inner(items, 1, 8, 132));
-    return std::make_pair(kv_heads_inner(items, 8, 8, 132), default_kv_heads_inner(s, items, 8, 8, 132));
+    EXPECT_EQ(kv_heads_together(items, 8, 8, 0), 1);
+    EXPECT_EQ(kv_heads_together(items, 1, 8, 132), 1);
+    EXPECT_EQ(kv_heads_together(items, 3, 8, 132), 1);  // no even group of kv heads
+    return std::make_pair(kv_heads_together(items, 8, 8, 132), default_kv_heads_together(s, items, 8, 8, 132));
   };
-  using P = std::pair<bool, bool>;
-  for (const int64_t seqlen : {4096, 16384, 32768}) EXPECT_EQ(inner("global_sliding", seqlen), P(true, true)) << seqlen;
-  EXPECT_EQ(inner("global_sliding", 65536), P(false, false));
+  using P = std::pair<int32_t, int32_t>;
+  for (const int64_t seqlen : {4096, 16384, 32768}) EXPECT_EQ(together("global_sliding", seqlen), P(8, 8)) << seqlen;
+  EXPECT_EQ(together("global_sliding", 65536), P(4, 4));
+  EXPECT_EQ(together("global_sliding", 131072), P(2, 2));
   for (const int64_t seqlen : {4096, 8192, 16384})
-    EXPECT_EQ(inner("block_causal_document", seqlen), P(true, true)) << seqlen;
-  EXPECT_EQ(inner("block_causal_document", 32768), P(false, false));
+    EXPECT_EQ(together("block_causal_document", seqlen), P(8, 8)) << seqlen;
+  EXPECT_EQ(together("block_causal_document", 32768), P(1, 1));
   for (const char* name : {"full", "causal", "sliding_window", "sliding_window_causal", "sliding_window_document",
                            "block_sparse", "shared_question"})
-    EXPECT_EQ(inner(name, 16384), P(false, false)) << name;
-  EXPECT_EQ(inner("shared_question", 65536), P(false, false));
-  EXPECT_EQ(inner("block_sparse", 4096), P(true, false));
-  // Alike items: the same makespan either way, so heads outer.
+    EXPECT_EQ(together(name, 16384), P(1, 1)) << name;
+  EXPECT_EQ(together("shared_question", 65536), P(1, 1));
+  EXPECT_EQ(together("block_sparse", 4096), P(8, 1));
+
+  // The simulated order: 2 kv heads of one long and two short items on 2 SMs. Apart, kv head 1's
+  // long item starts after kv head 0's short ones (10 + 1 + 1, then 10); together, both long ones
+  // first.
+  const std::vector<BwdItem> few = {BwdItem{{0, -1}, {9, 0}, 0}, BwdItem{{1, -1}, {0, 0}, 0},
+                                    BwdItem{{2, -1}, {0, 0}, 0}};
+  const int64_t long_cost = lca_flex_flash::item_cost(few[0], 1), short_cost = lca_flex_flash::item_cost(few[1], 1);
+  EXPECT_EQ(simulated_order_makespan(few, 2, 1, 2, 1), std::max(long_cost + short_cost, 2 * short_cost + long_cost));
+  EXPECT_EQ(simulated_order_makespan(few, 2, 1, 2, 2), long_cost + 2 * short_cost);
+  // Alike items: the same makespan either way, so one kv head after another.
   const std::vector<BwdItem> alike(100, BwdItem{{0, -1}, {256, 0}, 0});
-  EXPECT_FALSE(kv_heads_inner(alike, 8, 8, 132));
-  // One long item a kv head ahead of many short ones: heads outer starts the last kv head's long
-  // item after nearly all the short ones; not where that item walks past the limit.
+  EXPECT_EQ(kv_heads_together(alike, 8, 8, 132), 1);
+  // One long item a kv head ahead of many short ones: all 8 together while 8 walks fit the limit,
+  // fewer as the long walk grows.
   std::vector<BwdItem> skewed(1, BwdItem{{0, -1}, {500, 0}, 0});
   skewed.insert(skewed.end(), 400, BwdItem{{1, -1}, {5, 0}, 0});
-  EXPECT_TRUE(kv_heads_inner(skewed, 8, 8, 16));
-  skewed[0].query_tiles[0] = static_cast<int32_t>(lca_flex_flash::kHeadsInnerWalkLimit / 8 + 1);
-  EXPECT_FALSE(kv_heads_inner(skewed, 8, 8, 16));
+  EXPECT_EQ(kv_heads_together(skewed, 8, 8, 16), 8);
+  skewed[0].query_tiles[0] = static_cast<int32_t>(lca_flex_flash::kKvHeadsWalkLimit / 64 + 1);
+  EXPECT_EQ(kv_heads_together(skewed, 8, 8, 16), 4);
+  skewed[0].query_tiles[0] = static_cast<int32_t>(lca_flex_flash::kKvHeadsWalkLimit / 32 + 1);
+  EXPECT_EQ(kv_heads_together(skewed, 8, 8, 16), 2);
 }
 
 }  // namespace

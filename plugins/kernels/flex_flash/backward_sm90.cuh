@@ -74,7 +74,7 @@ struct Sm90BwdLayout {
   static constexpr int kThreads = 384;
 };
 
-template <class T, int D, bool kTmaDq, bool kSkipIdle>
+template <class T, int D, bool kTmaDq, bool kSkipIdle, bool kRotate = kSkipIdle>
 __global__ void __launch_bounds__(384, 1)
     backward_sm90_kernel(const BwdParams p, const __grid_constant__ Sm90BwdMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -126,7 +126,9 @@ __global__ void __launch_bounds__(384, 1)
   // block_sparse's skip kernel ran at 0.79x the kernel without the skip, L2 hit rate 63% against
   // 91%; NOTES v20). Each block's TMA thread publishes its place, head * query tiles + query tile,
   // in p.sched.counter[hk] (zeroed a launch); a block reads it once, at its start.
-  const bool rotate = kSkipIdle && parts == 1 && (item.flags & (kWalkDown0 | kWalkHeadsInner)) == 0;
+  // kRotate: the same in the kernel without the skip (LCA_FLEX_BACKWARD=sm90_rotate; the skip
+  // kernel always rotates).
+  const bool rotate = kRotate && parts == 1 && (item.flags & (kWalkDown0 | kWalkHeadsInner)) == 0;
   const int32_t q_tiles = static_cast<int32_t>((p.seqlen_q + kTile - 1) / kTile);
   const int32_t* const start = reinterpret_cast<const int32_t*>(gbase + L::kStartOffset);
   auto walk = [&](int part) {
@@ -142,8 +144,8 @@ __global__ void __launch_bounds__(384, 1)
   // producer's three walkers (TMA thread, LSE and delta warp, dQ reducer) go through the same walk.
   auto walk_part = [&](int part, int& it, auto&& body) {
     KeyTileWalk qw = walk(part);
-    for (int i = kSkipIdle ? walk_length(part) : 0; kSkipIdle ? i > 0 : qw.valid();
-         --i, ++it, qw.template next<kSkipIdle>(p.sched.runs, p.group))
+    for (int i = kRotate ? walk_length(part) : 0; kRotate ? i > 0 : qw.valid();
+         --i, ++it, qw.template next<kRotate>(p.sched.runs, p.group))
       body(qw);
   };
   const int wg = threadIdx.x >> 7, warp_all = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -513,22 +515,26 @@ __global__ void __launch_bounds__(384, 1)
 // (the default kernel with one key tile a block, for A/B runs), "sm90_paired" (the default kernel
 // with no pair split: the tests' small problems take the two-tile path) or "mma" (the portable
 // mma.sync kernel); "sm90_skip" / "sm90_noskip": the default kernel with / without the idle skip
-// on every mask (kSkipIdle; the default skips where kIdleShareForSkip says).
+// on every mask (kSkipIdle; the default skips where kIdleShareForSkip says); "sm90_rotate": the
+// kernel without the skip on every mask, its plain walks rotated as the skip kernel's are
+// (kRotate). Opt-in: on an H100 (NOTES v24) it keeps full's 64K backward in L2 (hit rate 91 ->
+// 98.8%) and runs full at 128K 6% faster, but sliding_window 1-6% and global_sliding at 64K-128K
+// 3-4% slower (its walkers count their iterations, and spill 32 bytes).
 inline const std::string& backward_variant() {
   static const std::string v =
-      variant_env("LCA_FLEX_BACKWARD", "mma sm90 sm90_atomic sm90_unpaired sm90_paired sm90_skip sm90_noskip");
+      variant_env("LCA_FLEX_BACKWARD", "mma sm90 sm90_atomic sm90_unpaired sm90_paired sm90_skip sm90_noskip sm90_rotate");
   return v;
 }
 
 inline bool sm90_backward_available() { return backward_variant() != "mma" && sm90_device(); }
 
-template <class T, int D, bool kTmaDq, bool kSkipIdle = false>
+template <class T, int D, bool kTmaDq, bool kSkipIdle = false, bool kRotate = kSkipIdle>
 void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, cudaStream_t stream) {
   using L = Sm90BwdLayout<T, D, kTmaDq>;
-  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(backward_sm90_kernel<T, D, kTmaDq, kSkipIdle>,
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(backward_sm90_kernel<T, D, kTmaDq, kSkipIdle, kRotate>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
   const dim3 grid(static_cast<unsigned>(p.sched.item_count), static_cast<unsigned>(p.heads_kv));
-  backward_sm90_kernel<T, D, kTmaDq, kSkipIdle><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  backward_sm90_kernel<T, D, kTmaDq, kSkipIdle, kRotate><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash backward_sm90_kernel");
 }
 
@@ -545,12 +551,17 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   } else {
     maps.dq = make_dq_accum_map(p.dq_accum, D, p.heads_q, p.seqlen_q, kTile);
     const std::string& v = backward_variant();
-    const bool skip = default_sm90_skip_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks);
-    if (v == "sm90_skip" || (v != "sm90_noskip" && skip)) {
-      // The places the blocks of each kv head publish (rotated walks) start at every walk's beginning.
+    const bool skip = v == "sm90_skip" ||
+                      (v != "sm90_noskip" && v != "sm90_rotate" &&
+                       default_sm90_skip_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks));
+    const bool rotate = skip || (v == "sm90_rotate" && p.sched.plain_walks);
+    if (rotate)  // the places the rotated walks start from, zeroed a launch
       LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t) * p.heads_kv, stream));
+    if (skip)
       launch_backward_sm90_variant<T, D, true, true>(p, maps, stream);
-    } else
+    else if (rotate)
+      launch_backward_sm90_variant<T, D, true, false, true>(p, maps, stream);
+    else
       launch_backward_sm90_variant<T, D, true, false>(p, maps, stream);
   }
 }

@@ -523,14 +523,15 @@ TEST(FlexSchedule, LongItemsOfFewKeyTilesGoOutWithKvHeadsTogether) {
   EXPECT_EQ(together("shared_question", 65536), P(1, 1));
   EXPECT_EQ(together("block_sparse", 4096), P(8, 1));
 
-  // The simulated order: 2 kv heads of one long and two short items on 2 SMs. Apart, kv head 1's
-  // long item starts after kv head 0's short ones (10 + 1 + 1, then 10); together, both long ones
-  // first.
-  const std::vector<BwdItem> few = {BwdItem{{0, -1}, {9, 0}, 0}, BwdItem{{1, -1}, {0, 0}, 0},
+  // The simulated order: 2 kv heads of one long and two short items each, on 3 SMs. Apart, kv head
+  // 1's long item starts once an SM has run a short one of kv head 0; together, both long items
+  // start at once and the third SM runs the four short ones beside them.
+  const std::vector<BwdItem> few = {BwdItem{{0, -1}, {16, 0}, 0}, BwdItem{{1, -1}, {0, 0}, 0},
                                     BwdItem{{2, -1}, {0, 0}, 0}};
   const int64_t long_cost = lca_flex_flash::item_cost(few[0], 1), short_cost = lca_flex_flash::item_cost(few[1], 1);
-  EXPECT_EQ(simulated_order_makespan(few, 2, 1, 2, 1), std::max(long_cost + short_cost, 2 * short_cost + long_cost));
-  EXPECT_EQ(simulated_order_makespan(few, 2, 1, 2, 2), long_cost + 2 * short_cost);
+  ASSERT_GT(long_cost, 4 * short_cost);
+  EXPECT_EQ(simulated_order_makespan(few, 2, 1, 3, 1), long_cost + short_cost);
+  EXPECT_EQ(simulated_order_makespan(few, 2, 1, 3, 2), long_cost);
   // Alike items: the same makespan either way, so one kv head after another.
   const std::vector<BwdItem> alike(100, BwdItem{{0, -1}, {256, 0}, 0});
   EXPECT_EQ(kv_heads_together(alike, 8, 8, 132), 1);

@@ -220,12 +220,7 @@ int cmd_run_cell(const Options& opt) {
   const auto spec = load_spec(opt, reg);
   Devices devices = open_devices(opt);
   core::Cell cell = core::Cell::from_json(nlohmann::json::parse(opt.cell_json));
-  core::RunnerOptions ro;
-  ro.warmup = spec.warmup;
-  ro.warmup_ms = spec.warmup_ms;
-  ro.repeats = spec.repeats;
-  ro.seed = spec.seed;
-  ro.check = spec.check;
+  core::RunnerOptions ro = core::runner_options(spec);
   ro.threads = opt.threads;
   core::Runner runner(reg, masks, devices.map(), ro);
   const auto r = runner.run_cell(cell);

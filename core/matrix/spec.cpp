@@ -200,4 +200,11 @@ MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path
   return spec;
 }
 
+nlohmann::json matrix_record(const MatrixSpec& spec) {
+  return {{"name", spec.name},       {"source", spec.source.string()},
+          {"warmup", spec.warmup},   {"warmup_ms", spec.warmup_ms},
+          {"repeats", spec.repeats}, {"seed", spec.seed},
+          {"check", spec.check}};
+}
+
 }  // namespace lca::core

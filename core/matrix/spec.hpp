@@ -55,4 +55,8 @@ std::vector<std::string> preset_names(const std::filesystem::path& plugin_dir);
 MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path& plugin_dir);
 MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::path& source);
 
+// The run record's "matrix" object: what a run of the spec was asked to do (name, source, warm-up,
+// repeats, seed, check), for single-process and CP runs alike.
+nlohmann::json matrix_record(const MatrixSpec& spec);
+
 }  // namespace lca::core

@@ -212,9 +212,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
     run["cp"] = {{"world_size", W}, {"local_size", world.local_size()}, {"backend", world.backend()},
                  {"device", dev}, {"kernel", cp.kernel}, {"options", nlohmann::json::parse(cp.options_json)}};
     if (!cp.ranks.empty()) run["cp"]["ranks"] = cp.ranks;
-    run["matrix"] = {{"name", spec.name}, {"source", spec.source.string()}, {"warmup", spec.warmup},
-                     {"warmup_ms", spec.warmup_ms},
-                     {"repeats", spec.repeats}, {"seed", spec.seed}, {"check", spec.check}};
+    run["matrix"] = matrix_record(spec);
     writer->write_run(run);
   }
   TablePrinter table(out);

@@ -103,6 +103,16 @@ int warm_up(Backend& be, const std::function<void()>& call, int count, double mi
   return calls;
 }
 
+RunnerOptions runner_options(const MatrixSpec& spec) {
+  RunnerOptions o;
+  o.warmup = spec.warmup;
+  o.warmup_ms = spec.warmup_ms;
+  o.repeats = spec.repeats;
+  o.seed = spec.seed;
+  o.check = spec.check;
+  return o;
+}
+
 uint64_t input_seed(uint64_t run_seed, int64_t S, int hq, int hkv, int d, int which) {
   const uint64_t problem = mix(run_seed, static_cast<uint64_t>(S * 131 + hq * 7 + hkv * 3 + d));
   return mix(problem, static_cast<uint64_t>(which));

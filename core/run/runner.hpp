@@ -66,6 +66,9 @@ struct RunnerOptions {
   double gemm_tflops = 0;          // measured ceiling; 0 = unknown
 };
 
+// The spec's warm-up, repeats, seed and check as runner options (the rest left at their defaults).
+RunnerOptions runner_options(const MatrixSpec& spec);
+
 // The untimed calls before a cell's timed ones: `count` of them, then more until `min_ms` of wall
 // time has passed since the first (MatrixSpec::warmup_ms). Past the count each call is waited for,
 // so that the clock reads the device's time and no more than one call is queued when it runs out.

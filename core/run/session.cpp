@@ -55,20 +55,13 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
   if (!options.out.empty()) {
     writer = std::make_unique<ResultsWriter>(options.out, options.resume);
     nlohmann::json run = options.environment;
-    run["matrix"] = {{"name", spec.name}, {"source", spec.source.string()}, {"warmup", spec.warmup},
-                     {"warmup_ms", spec.warmup_ms},
-                     {"repeats", spec.repeats}, {"seed", spec.seed}, {"check", spec.check}};
+    run["matrix"] = matrix_record(spec);
     run["cells"] = summary.cells;
     run["resumed"] = summary.resumed;
     writer->write_run(run);
   }
 
-  RunnerOptions ropt;
-  ropt.warmup = spec.warmup;
-  ropt.warmup_ms = spec.warmup_ms;
-  ropt.repeats = spec.repeats;
-  ropt.seed = spec.seed;
-  ropt.check = spec.check;
+  RunnerOptions ropt = runner_options(spec);
   ropt.threads = options.threads;
   ropt.gemm_tflops = options.gemm_tflops;
   Runner runner(registry, masks, backends, ropt);

@@ -66,7 +66,7 @@ struct Sm90BwdLayout {
   // (TileRun::halves; the skip kernel only), written by the thread that loads Q and dO: the
   // consumers hold no walk of their own.
   static constexpr int kInfoOffset = kDqOffset + kDqBytes;
-  // Where the block's walk starts (kSkipIdle's rotated walks): run, tile, head.
+  // Where the block's walk starts (kRotate's rotated walks): run, tile, head.
   static constexpr int kStartOffset = kInfoOffset + kStages * 16;
   static constexpr int kBarOffset = kStartOffset + 16;
   static constexpr int kBars = 1 + 2 * kStages + 3;  // kv, full[S], empty[S], dq full / empty, kv empty
@@ -136,9 +136,9 @@ __global__ void __launch_bounds__(384, 1)
     return KeyTileWalk(p.sched.runs, p.sched.run_offsets, key_tile(part), (item.flags >> part) & kWalkDown0,
                        item.flags & kWalkHeadsInner);
   };
-  // A walk's iterations: its query tiles times the group's heads. (The skip kernel's walkers count
-  // them, its walks going round; the other kernel's walkers stop where the walk ends: counting cost
-  // them spills, their warps having 24 registers.)
+  // A walk's iterations: its query tiles times the group's heads. (Where walks may go round
+  // (kRotate), the walkers count them; elsewhere they stop where the walk ends: counting costs
+  // spills, their warps having 24 registers.)
   auto walk_length = [&](int part) { return (part == 0 ? item.query_tiles[0] : item.query_tiles[1]) * p.group; };
   // body(qw) for each iteration of part `part`'s walk, `it` counting the block's iterations: the
   // producer's three walkers (TMA thread, LSE and delta warp, dQ reducer) go through the same walk.

@@ -152,7 +152,7 @@ class FlexFlash final : public lca::IKernel {
     plan->bwd = upload(b.sched, exec, b.items);
     plan->bwd.kv_heads_together = b.kv_heads_together;
     plan->bwd.counter =
-        upload(std::vector<int32_t>(static_cast<size_t>(pr.heads_kv), 0), exec, "the skip backward's walk places");
+        upload(std::vector<int32_t>(static_cast<size_t>(pr.heads_kv), 0), exec, "the rotated backward walks' places");
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
     return plan;
   }

@@ -151,8 +151,8 @@ constexpr float kIdleShareForSkip = 0.1f;
 // average), or kPlainSkipWalkLimit where every block's walk is plain (one key tile, walked up,
 // heads outer). The skip makes an iteration's time depend on the block's mask, so blocks end at
 // different times and those that start after the first wave would read query tiles far from where
-// the running blocks are, out of L2. Plain walks start where the running blocks of their kv head are and go round
-// (backward_sm90.cuh, v20): block_sparse at 64K (6144 iterations) went from 0.79x to 1.27x the
+// the running blocks are, out of L2. Plain walks start where the running blocks of their kv head
+// are and go round (backward_sm90.cuh, v20): block_sparse at 64K (6144 iterations) went from 0.79x to 1.27x the
 // kernel without the skip (L2 hit rate 63% -> 95%). Other walks keep the limit, from v15's
 // block_sparse without that start: 1.11x at 32K (3072 iterations), 0.79x at 64K (6144); not
 // timed closer.

@@ -360,10 +360,14 @@ int64_t simulated_makespan(const std::vector<int64_t>& costs, int32_t slots) {
 
 }  // namespace
 
+int64_t item_iterations(const BwdItem& it, int32_t group) {
+  return (int64_t{it.query_tiles[0]} + it.query_tiles[1]) * group;
+}
+
 int64_t item_cost(const BwdItem& it, int32_t group) {
   // A block's fixed cost (K and V in, dK and dV out) in iterations' worth: an estimate, not timed.
   constexpr int64_t kBlockOverhead = 4;
-  return kBlockOverhead + (int64_t{it.query_tiles[0]} + it.query_tiles[1]) * group;
+  return kBlockOverhead + item_iterations(it, group);
 }
 
 int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots,
@@ -378,7 +382,7 @@ int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t head
 int32_t kv_heads_together(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots) {
   if (slots <= 0 || items.empty()) return 1;
   int64_t longest = 0;
-  for (const BwdItem& it : items) longest = std::max(longest, (int64_t{it.query_tiles[0]} + it.query_tiles[1]) * group);
+  for (const BwdItem& it : items) longest = std::max(longest, item_iterations(it, group));
   int32_t g = 1;
   while (heads_kv % (2 * g) == 0 && 2 * g * longest <= kKvHeadsWalkLimit) g *= 2;
   if (g == 1) return 1;

@@ -93,8 +93,10 @@ enum class BwdPairing { kNone, kAuto, kAll };
 std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,
                                     BwdPairing pairing);
 
-// What the Hopper backward's block of `it` costs, in iterations (query tiles x heads of the group)
-// plus an estimated fixed cost (K and V in, dK and dV out): the dispatch simulations' unit.
+// The iterations of the Hopper backward's block of `it` (its query tiles x heads of the group), and
+// what the block costs: those plus an estimated fixed cost (K and V in, dK and dV out), the
+// dispatch simulations' unit.
+int64_t item_iterations(const BwdItem& it, int32_t group);
 int64_t item_cost(const BwdItem& it, int32_t group);
 
 // The order the Hopper backward's blocks go out in: kv heads in groups of g (a divisor of

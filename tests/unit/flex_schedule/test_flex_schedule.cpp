@@ -431,8 +431,9 @@ TEST(FlexSchedule, ShortRowTilesPickThePersistentForward) {
   });
 }
 
-// TileSchedule::max_tiles: the longest row tile's scheduled tiles. Full at 4K: 64 on every row tile; causal:
-// the last row tile's 64; sliding_window (1024 each side): 2176 keys, 34 tiles of 64.
+// TileSchedule::max_tiles: the longest row tile's scheduled tiles. At 4K, full: 64 on every row
+// tile; causal: the last row tile's 64; sliding_window (512 each side there): 1152 keys, 18 tiles
+// of 64. At 16K sliding_window (1024 each side): 2176 keys, 34 tiles.
 TEST(FlexSchedule, MaxTilesIsTheLongestRowTile) {
   auto& p = BuiltinProvider::instance();
   for (const auto& [name, want] : std::vector<std::pair<const char*, int32_t>>{

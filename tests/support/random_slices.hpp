@@ -1,7 +1,8 @@
 // Test support for the kernels' mask translations (tile schedules, block masks): random slice
 // masks, and the dense truth of a slice mask to check them against cell by cell. Random masks:
 // disjoint rectangles on a random grid of row and column bands, each of a random slice type or
-// absent, plus one empty slice: rows see several slices and tiles mix types.
+// absent, plus one empty slice: rows see several slices and tiles mix types. Also a question
+// followed by documents, whose backward has one long walk.
 // Rule: the same rng state gives the same mask.
 #pragma once
 
@@ -31,6 +32,20 @@ inline std::vector<lca_slice> random_slices(std::mt19937_64& rng, int64_t sq, in
     for (size_t j = 0; j + 1 < cols.size(); ++j)
       if (const int t = type(rng); t >= 0) out.push_back(lca_slice{rows[i], rows[i + 1], cols[j], cols[j + 1], t, 0});
   out.push_back(lca_slice{sq / 2, sq / 2, 0, sk, LCA_SLICE_FULL, 0});  // empty
+  return out;
+}
+
+// A question of `question` tokens, causal, then documents of `doc` tokens (the last one shorter),
+// each causal on itself and seeing the whole question: the question's key tiles are seen by every
+// query, the others by one document's. At 8K (question 128, documents 1024) the backward's walk of
+// the question's key tile is 16x the others' mean: the one that split_long_walks splits.
+inline std::vector<lca_slice> question_then_documents(int64_t s, int64_t question, int64_t doc) {
+  std::vector<lca_slice> out{lca_slice{0, question, 0, question, LCA_SLICE_CAUSAL, 0}};
+  for (int64_t d = question; d < s; d += doc) {
+    const int64_t end = std::min(s, d + doc);
+    out.push_back(lca_slice{d, end, 0, question, LCA_SLICE_FULL, 0});
+    out.push_back(lca_slice{d, end, d, end, LCA_SLICE_CAUSAL, 0});
+  }
   return out;
 }
 

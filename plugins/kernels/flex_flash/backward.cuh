@@ -276,6 +276,28 @@ __global__ void __launch_bounds__(256) dq_kernel(const BwdParams p) {
   *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row * p.dq_tok + h * p.dq_head + col) = out;
 }
 
+// dK and dV of the split tiles (split_long_walks) from their fp32 accumulators, in the output dtype
+// (dK is scaled already). One lane group a (slot, kv head, key of the tile), as RowLanes.
+template <class T, int D>
+__global__ void __launch_bounds__(256) kv_kernel(const BwdParams p) {
+  using R = RowLanes<D>;
+  const uint32_t pair = R::pair();  // (slot x heads_kv + kv head) x kBwdKeys + key in the tile
+  if (pair >= static_cast<uint32_t>(p.split_count) * static_cast<uint32_t>(p.heads_kv) * kBwdKeys) return;
+  const uint32_t key_in = pair % kBwdKeys, slot_head = pair / kBwdKeys;
+  const uint32_t hk = slot_head % static_cast<uint32_t>(p.heads_kv), slot = slot_head / static_cast<uint32_t>(p.heads_kv);
+  const int64_t key = int64_t{p.split_tiles[slot]} * kBwdKeys + key_in;
+  if (key >= p.seqlen_k) return;
+  const int col = R::col();
+  auto convert = [](const float* src) {
+    const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+    return make_uint4(Mma<T>::pack(a.x, a.y), Mma<T>::pack(a.z, a.w), Mma<T>::pack(b.x, b.y), Mma<T>::pack(b.z, b.w));
+  };
+  const float* dk = p.dkv_accum + int64_t{pair} * D + col;
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dk) + key * p.dk_tok + hk * p.dk_head + col) = convert(dk);
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dv) + key * p.dv_tok + hk * p.dv_head + col) =
+      convert(dk + p.dkv_accum_half);
+}
+
 template <class T, int D>
 void run_backward(const BwdParams& p, cudaStream_t stream) {
   const unsigned row_blocks = RowLanes<D>::blocks(p.seqlen_q * p.heads_q);
@@ -283,9 +305,18 @@ void run_backward(const BwdParams& p, cudaStream_t stream) {
   LCA_FLEX_CHECK_LAUNCH("flex_flash prepare_kernel");
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
   if (p.sched.tile_rows == Sm90BwdLayout<T, D>::kKeys && sm90_backward_available()) {
+    // The split walks' parts add their dK and dV into zeroed fp32 accumulators (plan() splits only
+    // on 128-key schedules: the Hopper kernel's).
+    if (p.split_count > 0)
+      LCA_FLEX_CUDA_CHECK(
+          cudaMemsetAsync(p.dkv_accum, 0, 2 * sizeof(float) * static_cast<size_t>(p.dkv_accum_half), stream));
     launch_backward_sm90<T, D>(p, stream);
     dq_kernel<T, D><<<row_blocks, 256, 0, stream>>>(p);
     LCA_FLEX_CHECK_LAUNCH("flex_flash dq_kernel");
+    if (p.split_count > 0) {
+      kv_kernel<T, D><<<RowLanes<D>::blocks(int64_t{p.split_count} * p.heads_kv * kBwdKeys), 256, 0, stream>>>(p);
+      LCA_FLEX_CHECK_LAUNCH("flex_flash kv_kernel");
+    }
     return;
   }
   // The block's keys follow the backward schedule's tile rows (128, or 64 where that computes

@@ -128,7 +128,9 @@ __global__ void __launch_bounds__(384, 1)
   // in p.sched.counter[hk] (zeroed a launch); a block reads it once, at its start.
   // kRotate: the same in the kernel without the skip (LCA_FLEX_BACKWARD=sm90_rotate; the skip
   // kernel always rotates).
-  const bool rotate = kRotate && parts == 1 && (item.flags & (kWalkDown0 | kWalkHeadsInner)) == 0;
+  // A part of a split walk (BwdItem::slot) walks the runs of its own row tile (place_split_walks),
+  // loads its key tile's K and V, and does not rotate.
+  const bool rotate = kRotate && parts == 1 && (item.flags & (kWalkDown0 | kWalkHeadsInner)) == 0 && item.slot < 0;
   const int32_t q_tiles = static_cast<int32_t>((p.seqlen_q + kTile - 1) / kTile);
   const int32_t* const start = reinterpret_cast<const int32_t*>(gbase + L::kStartOffset);
   auto walk = [&](int part) {
@@ -196,7 +198,7 @@ __global__ void __launch_bounds__(384, 1)
       for (int part = 0; part < parts; ++part) {
         // The second tile's K and V once the consumers are done with the first's.
         if (part > 0) sm90::mbar_wait(kv_empty, (part - 1) & 1);
-        const int32_t key0 = key_tile(part) * L::kKeys;
+        const int32_t key0 = (item.slot >= 0 ? p.split_tiles[item.slot] : key_tile(part)) * L::kKeys;
         sm90::mbar_arrive_expect_tx(bar_kv, 2 * L::kKVBytes);
 #pragma unroll
         for (int half = 0; half < L::kHalves; ++half) {
@@ -487,7 +489,23 @@ __global__ void __launch_bounds__(384, 1)
     // overwritten by the next tile's.
     sm90::mbar_arrive(kv_empty);
 
-    // dK (scaled) and dV of this warp's keys.
+    // dK (scaled) and dV of this warp's keys; a part of a split walk adds them into its slot's fp32
+    // accumulator (every key of the tile: kv_kernel converts those within seqlen_k).
+    if (item.slot >= 0) {
+      float* dk_acc = p.dkv_accum + ((int64_t{item.slot} * p.heads_kv + hk) * L::kKeys) * D;
+      float* dv_acc = dk_acc + p.dkv_accum_half;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int key = key0 + g + 8 * r;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          const int col = n * 8 + 2 * t4;
+          add_pair(dk_acc + key * D + col, dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale);
+          add_pair(dv_acc + key * D + col, dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+        }
+      }
+      continue;
+    }
     T* dk_base = static_cast<T*>(p.dk) + hk * p.dk_head;
     T* dv_base = static_cast<T*>(p.dv) + hk * p.dv_head;
     const int64_t k0 = int64_t{key_tile(part)} * L::kKeys;

@@ -47,4 +47,10 @@ int32_t backward_kv_heads_together(int32_t heads_kv) {
   return std::gcd(v == "kv_heads_2" ? 2 : 4, heads_kv);
 }
 
+BwdSplit backward_split() {
+  static const std::string v = dev::variant_env("LCA_FLEX_BWD_SPLIT", "off all");
+  if (v.empty()) return BwdSplit::kAuto;
+  return v == "off" ? BwdSplit::kOff : BwdSplit::kAll;
+}
+
 }  // namespace lca_flex_flash

@@ -72,12 +72,18 @@ class FlexPlan final : public lca::IPlan {
   // repeats) rather than in plan(): plan() does not know the pass, and a forward cell must not
   // carry the fp32 dQ accumulator (16 GiB at 512K, 64 heads) in its peak memory.
   DeviceBuffer dq_accum, delta;
+  // Split walks (split_long_walks): each split key tile's slot, and (made with dq_accum) the fp32 dK
+  // and dV its parts add into.
+  DeviceBuffer split_tiles, dkv_accum;
+  int32_t split_count = 0;
   void release(const lca_exec& exec) override {
     (void)cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream));
     fwd = UploadedSchedule{};
     bwd = UploadedSchedule{};
     dq_accum.reset();
     delta.reset();
+    split_tiles.reset();
+    dkv_accum.reset();
   }
 };
 
@@ -127,18 +133,30 @@ class FlexFlash final : public lca::IKernel {
     const BwdPairing pairing = backward_pairing();
     const int32_t heads_kv = static_cast<int32_t>(pr.heads_kv);
     const int32_t together = backward_kv_heads_together(heads_kv);
+    const BwdSplit split = backward_split();
     int device = 0, sms = 0;
     LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
     LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     struct Bwd {
       TileSchedule sched;
       std::vector<BwdItem> items;
+      std::vector<int32_t> split_tiles;  // the split key tiles by slot (place_split_walks)
       int32_t kv_heads_together = 1;
     };
-    auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, sms] {
+    auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, split, sms] {
       Bwd b{build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, bwd_speedup), {}};
       const int32_t group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
       b.items = backward_items(b.sched, heads_kv, group, sms, pairing);
+      // Long walks split across blocks, on the Hopper kernel's 128-key schedule; not where the
+      // default takes the skip kernel, whose plain walks rotate instead.
+      if (b.sched.tile_rows == kBwdKeys) {
+        if (split == BwdSplit::kAll)
+          b.items = split_items(b.items, group, 0, kForcedSplitParts);
+        else if (split == BwdSplit::kAuto &&
+                 !default_sm90_skip_backward(idle_share(b.sched), mean_tiles(b.sched) * group, plain_walks(b.items)))
+          b.items = split_long_walks(b.items, heads_kv, group, sms);
+        b.split_tiles = place_split_walks(b.sched, b.items);
+      }
       b.kv_heads_together = together > 0 ? together : default_kv_heads_together(b.sched, b.items, heads_kv, group, sms);
       return b;
     });
@@ -153,6 +171,8 @@ class FlexFlash final : public lca::IKernel {
     plan->bwd.kv_heads_together = b.kv_heads_together;
     plan->bwd.counter =
         upload(std::vector<int32_t>(static_cast<size_t>(pr.heads_kv), 0), exec, "the rotated backward walks' places");
+    plan->split_count = static_cast<int32_t>(b.split_tiles.size());
+    plan->split_tiles = upload(b.split_tiles, exec, "the split backward walks' key tiles");
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
     return plan;
   }
@@ -199,6 +219,11 @@ class FlexFlash final : public lca::IKernel {
     if (plan.dq_accum.empty()) {
       plan.dq_accum = DeviceBuffer(exec.allocator, rows * pr.head_dim * sizeof(float), "the fp32 dQ accumulator");
       plan.delta = DeviceBuffer(exec.allocator, rows * sizeof(float), "delta = rowsum(dO * O)");
+      if (plan.split_count > 0)
+        plan.dkv_accum = DeviceBuffer(exec.allocator,
+                                      2 * sizeof(float) * static_cast<size_t>(plan.split_count) *
+                                          static_cast<size_t>(pr.heads_kv) * kBwdKeys * static_cast<size_t>(pr.head_dim),
+                                      "the split walks' fp32 dK and dV");
     }
     BwdParams p{};
     p.q = a.q.data, p.k = a.k.data, p.v = a.v.data, p.o = a.o.data, p.d_o = a.d_o.data;
@@ -206,6 +231,10 @@ class FlexFlash final : public lca::IKernel {
     p.dq = a.dq.data, p.dk = a.dk.data, p.dv = a.dv.data;
     p.dq_accum = plan.dq_accum.as<float>();
     p.delta = plan.delta.as<float>();
+    p.split_count = plan.split_count;
+    p.split_tiles = plan.split_tiles.as<int32_t>();
+    p.dkv_accum = plan.dkv_accum.as<float>();
+    p.dkv_accum_half = int64_t{plan.split_count} * pr.heads_kv * kBwdKeys * pr.head_dim;
     p.q_tok = a.q.stride[0], p.q_head = a.q.stride[1];
     p.k_tok = a.k.stride[0], p.k_head = a.k.stride[1];
     p.v_tok = a.v.stride[0], p.v_head = a.v.stride[1];

@@ -61,6 +61,12 @@ struct BwdParams {
   void *dq, *dk, *dv;
   float* dq_accum;  // [seqlen_q, heads_q, head_dim] fp32
   float* delta;     // [heads_q, seqlen_q] fp32: rowsum(dO * O)
+  // Split walks (split_long_walks): dK (scaled) then, dkv_accum_half floats on, dV, fp32, each
+  // [slot][heads_kv][kBwdKeys][head_dim]; split_tiles[slot] is the slot's key tile.
+  float* dkv_accum;
+  int64_t dkv_accum_half;
+  const int32_t* split_tiles;
+  int32_t split_count;
   int64_t q_tok, q_head, k_tok, k_head, v_tok, v_head, o_tok, o_head, do_tok, do_head;
   int64_t dq_tok, dq_head, dk_tok, dk_head, dv_tok, dv_head;
   int64_t lse_head, lse_tok;
@@ -106,6 +112,13 @@ BwdPairing backward_pairing();
 // LCA_FLEX_BWD_ORDER: kv_heads_outer (1), kv_heads_inner (heads_kv), kv_heads_2 or kv_heads_4 (2 or
 // 4, or what of it divides heads_kv); 0 where it is unset: default_kv_heads_together's choice.
 int32_t backward_kv_heads_together(int32_t heads_kv);
+// Whether plan() splits the Hopper backward's long walks (split_long_walks), from LCA_FLEX_BWD_SPLIT:
+// unset, by its rule (not where the default takes the skip kernel); "off", never; "all", every
+// plain walk of two or more query tiles into up to kForcedSplitParts parts (the tests' small
+// problems then take the split path).
+enum class BwdSplit { kAuto, kOff, kAll };
+constexpr int32_t kForcedSplitParts = 4;
+BwdSplit backward_split();
 
 // The launchers' thresholds, here rather than in the .cuh files so that the host tests check the
 // builtin masks against the same numbers (test_flex_schedule).

@@ -365,9 +365,10 @@ int64_t item_iterations(const BwdItem& it, int32_t group) {
 }
 
 int64_t item_cost(const BwdItem& it, int32_t group) {
-  // A block's fixed cost (K and V in, dK and dV out) in iterations' worth: an estimate, not timed.
-  constexpr int64_t kBlockOverhead = 4;
-  return kBlockOverhead + item_iterations(it, group);
+  // A block's fixed cost (K and V in, dK and dV out) in iterations' worth, and a split part's more
+  // (128 x D x 2 fp32 atomics a block, the conversion pass): estimates, not timed.
+  constexpr int64_t kBlockOverhead = 4, kSplitOverhead = 4;
+  return kBlockOverhead + (it.slot >= 0 ? kSplitOverhead : 0) + item_iterations(it, group);
 }
 
 int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots,
@@ -488,7 +489,88 @@ bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col) {
 }
 
 bool plain_walks(const std::vector<BwdItem>& items) {
-  return std::all_of(items.begin(), items.end(), [](const BwdItem& it) { return it.tiles[1] < 0 && it.flags == 0; });
+  return std::all_of(items.begin(), items.end(),
+                     [](const BwdItem& it) { return it.tiles[1] < 0 && it.flags == 0 && it.slot < 0; });
+}
+
+std::vector<BwdItem> split_items(const std::vector<BwdItem>& items, int32_t group, int64_t limit, int32_t most_parts) {
+  std::vector<BwdItem> out;
+  out.reserve(items.size());
+  int32_t slot = 0;
+  for (const BwdItem& it : items) {
+    const int32_t tiles = it.query_tiles[0];
+    const bool plain = it.tiles[1] < 0 && it.flags == 0 && it.slot < 0 && tiles > 1;
+    const int64_t iterations = item_iterations(it, group);
+    int64_t parts = 1;
+    if (plain && iterations > limit) {
+      parts = limit > 0 ? std::min<int64_t>((iterations + limit - 1) / limit, tiles) : tiles;
+      if (most_parts > 0) parts = std::min<int64_t>(parts, most_parts);
+    }
+    if (parts == 1) {
+      out.push_back(it);
+      continue;
+    }
+    for (int64_t k = 0; k < parts; ++k) {
+      BwdItem part = it;
+      part.from_tile = static_cast<int32_t>(k * tiles / parts);
+      part.query_tiles[0] = static_cast<int32_t>((k + 1) * tiles / parts) - part.from_tile;
+      part.slot = slot;
+      out.push_back(part);
+    }
+    ++slot;
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [group](const BwdItem& a, const BwdItem& b) { return item_cost(a, group) > item_cost(b, group); });
+  return out;
+}
+
+std::vector<BwdItem> split_long_walks(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group,
+                                      int32_t slots) {
+  if (slots <= 0 || items.empty()) return items;
+  int64_t longest = 0;
+  for (const BwdItem& it : items) longest = std::max(longest, item_iterations(it, group));
+  // Each in the order kv_heads_together gives it.
+  auto makespan = [&](const std::vector<BwdItem>& v) {
+    return simulated_order_makespan(v, heads_kv, group, slots, kv_heads_together(v, heads_kv, group, slots));
+  };
+  const int64_t whole = makespan(items);
+  std::vector<BwdItem> best = items;
+  int64_t best_time = whole;
+  for (int32_t parts = 2; parts <= 16; parts *= 2) {
+    std::vector<BwdItem> split = split_items(items, group, longest / parts);
+    const int64_t time = makespan(split);
+    if (double(time) * 1.01 < double(best_time)) {
+      best = std::move(split);
+      best_time = time;
+    }
+  }
+  return double(best_time) * (1.0 + kSplitGain) <= double(whole) ? best : items;
+}
+
+std::vector<int32_t> place_split_walks(TileSchedule& s, std::vector<BwdItem>& items) {
+  std::vector<int32_t> tiles;
+  for (BwdItem& it : items) {
+    if (it.slot < 0) continue;
+    const int32_t t = it.tiles[0];
+    if (tiles.size() <= static_cast<size_t>(it.slot)) tiles.resize(static_cast<size_t>(it.slot) + 1, -1);
+    tiles[static_cast<size_t>(it.slot)] = t;
+    // The part's query tiles [from, to), counted along the key tile's walk, cut from its runs.
+    const int32_t from = it.from_tile, to = it.from_tile + it.query_tiles[0];
+    int32_t walked = 0;
+    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) {
+      const TileRun run = s.runs[r];  // a copy: push_back may move the runs
+      const int32_t lo = std::max(from, walked), hi = std::min(to, walked + (run.end - run.begin));
+      if (lo < hi) {
+        const int32_t begin = run.begin + (lo - walked);
+        s.runs.push_back(TileRun{begin, run.begin + (hi - walked), run.mask < 0 ? run.mask : run.mask + (begin - run.begin),
+                                 run.halves});
+      }
+      walked += run.end - run.begin;
+    }
+    it.tiles[0] = static_cast<int32_t>(s.run_offsets.size()) - 1;
+    s.run_offsets.push_back(static_cast<int32_t>(s.runs.size()));
+  }
+  return tiles;
 }
 
 }  // namespace lca_flex_flash

@@ -65,10 +65,17 @@ TileSchedule build_adaptive_schedule(const lca_mask& mask, bool by_query, int32_
 // schedule) walked one after the other, each over its query tiles and the query heads of its
 // group: tiles outer and heads inner, or heads outer (kWalkHeadsInner), tiles first to last or
 // last to first (kWalkDown0 / kWalkDown1 for tiles[0] / tiles[1]).
+// A part of a split walk (split_long_walks) walks query tiles from_tile .. from_tile +
+// query_tiles[0] - 1 of its key tile's (counted along the walk) and adds its dK and dV into the fp32
+// accumulator of its tile's slot; the other items write dK and dV themselves (slot -1). Once placed
+// (place_split_walks), a part's tiles[0] is a row tile of its own past the schedule's row_tiles,
+// whose runs are that part of the key tile's: the kernel's walks stay as they are.
 struct BwdItem {
   int32_t tiles[2];        // tiles[1] < 0: one tile
   int32_t query_tiles[2];  // how many query tiles each one sees (0 for an absent second tile)
   int32_t flags;
+  int32_t slot = -1;
+  int32_t from_tile = 0;
 };
 constexpr int32_t kWalkDown0 = 1, kWalkDown1 = 2, kWalkHeadsInner = 4;
 
@@ -94,10 +101,41 @@ std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int
                                     BwdPairing pairing);
 
 // The iterations of the Hopper backward's block of `it` (its query tiles x heads of the group), and
-// what the block costs: those plus an estimated fixed cost (K and V in, dK and dV out), the
-// dispatch simulations' unit.
+// what the block costs: those plus an estimated fixed cost (K and V in, dK and dV out; for a part
+// of a split walk, dK and dV added into fp32 and converted after), the dispatch simulations' unit.
 int64_t item_iterations(const BwdItem& it, int32_t group);
 int64_t item_cost(const BwdItem& it, int32_t group);
+
+// Long walks split across blocks. A block walks its key tile's query tiles x the group's heads,
+// and one long walk beside many short ones ends the backward late whatever the order:
+// shared_question at 128K (seed 42) has a key tile of the question that every query tile sees,
+// 16K iterations, more than the whole backward's work per SM (simulated dispatch 0.52 of the
+// bound; measured 171 TFLOP/s against full's ~500, NOTES v24). global_sliding at 256K-512K: its 16
+// key tiles of global keys walk everything, and one kv head after another leaves the last ones to
+// start late (0.85). A part walks a range of its key tile's query tiles for every head of the
+// group; the parts of a tile add dK and dV into an fp32 accumulator (BwdItem::slot), which a pass
+// converts after the main kernel.
+// split_items splits every plain walk (one key tile, up, heads outer, not yet split) of over
+// `limit` iterations into as few parts of about equal query tiles as bring each to at most `limit`
+// (limit 0: one query tile a part), but at most most_parts (0: no bound); slots are numbered from 0,
+// one a split tile; sorted longest first, as backward_items' are. The parts' runs are set by
+// place_split_walks.
+std::vector<BwdItem> split_items(const std::vector<BwdItem>& items, int32_t group, int64_t limit,
+                                 int32_t most_parts = 0);
+// The rule: of the splits that bring each walk to at most the longest's 1 / 2, 1 / 4, 1 / 8 or
+// 1 / 16, the one whose simulated dispatch (on `slots` SMs, in the order kv_heads_together picks
+// for it) ends soonest (more parts only where they end over 1% sooner), taken where it ends at
+// least kSplitGain sooner than no split; else the items as they are (slots <= 0: as they are).
+// Chosen, not tuned: the split's own cost is in item_cost. Where kv heads together already fix the
+// order (global_sliding up to 64K: 0.97-0.99 of the bound) nothing is split.
+constexpr double kSplitGain = 0.05;
+std::vector<BwdItem> split_long_walks(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group,
+                                      int32_t slots);
+// Gives each split part (slot >= 0) a row tile of its own: appended to the schedule past row_tiles
+// (run_offsets grows by one a part; row_tiles stays), its runs the part's query tiles of its key
+// tile, cut from that tile's runs (the same tiles and bitmasks). Returns the split key tiles by slot
+// and sets the parts' tiles[0] to their own row tiles. Call it once, last.
+std::vector<int32_t> place_split_walks(TileSchedule& s, std::vector<BwdItem>& items);
 
 // The order the Hopper backward's blocks go out in: kv heads in groups of g (a divisor of
 // heads_kv), one group after another, and in a group every kv head's first item, then every kv
@@ -124,8 +162,8 @@ int32_t kv_heads_together(const std::vector<BwdItem>& items, int32_t heads_kv, i
 int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots,
                                  int32_t g);
 
-// Whether every block walks one key tile up with heads outer (no pairs, no flags): the Hopper skip
-// backward starts such walks where the running blocks of their kv head are (kernels.hpp,
+// Whether every block walks one key tile up with heads outer (no pairs, no flags, no split): the
+// Hopper skip backward starts such walks where the running blocks of their kv head are (kernels.hpp,
 // default_sm90_skip_backward).
 bool plain_walks(const std::vector<BwdItem>& items);
 

@@ -64,6 +64,59 @@ void expect_items_partition(const TileSchedule& s, const std::vector<BwdItem>& i
   for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(seen[static_cast<size_t>(t)], 1) << "row tile " << t;
 }
 
+// Every query tile of a key tile, in walk order: (tile, bitmask index or -1, half bits).
+std::vector<std::tuple<int32_t, int32_t, int32_t>> walk_of(const TileSchedule& s, int32_t t) {
+  std::vector<std::tuple<int32_t, int32_t, int32_t>> v;
+  for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) {
+    const auto& run = s.runs[r];
+    for (int32_t c = run.begin; c < run.end; ++c) v.emplace_back(c, run.mask < 0 ? -1 : run.mask + (c - run.begin), run.halves);
+  }
+  return v;
+}
+
+// Every plain walk split (split_items, at most 4 parts) and placed (place_split_walks): the key
+// tiles' own runs are untouched; each part walks a row tile of its own past row_tiles, as many query
+// tiles as it says; a split tile's parts, in order, walk exactly its tiles with the same bitmasks
+// and half bits; every key tile is in one item or in the parts of one slot.
+void expect_split_walks(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group) {
+  std::vector<BwdItem> split = lca_flex_flash::split_items(items, group, 0, 4);
+  TileSchedule placed = s;
+  const std::vector<int32_t> tiles = lca_flex_flash::place_split_walks(placed, split);
+  int32_t parts = 0;
+  std::vector<std::vector<const BwdItem*>> by_slot(tiles.size());
+  std::vector<int> seen(static_cast<size_t>(s.row_tiles), 0);
+  for (const BwdItem& it : split) {
+    if (it.slot < 0) {
+      for (int32_t t : it.tiles)
+        if (t >= 0) ++seen[static_cast<size_t>(t)];
+      continue;
+    }
+    ++parts;
+    ASSERT_LT(static_cast<size_t>(it.slot), tiles.size());
+    ASSERT_GE(it.tiles[0], s.row_tiles);
+    ASSERT_EQ(it.tiles[1], -1);
+    ASSERT_EQ(walk_of(placed, it.tiles[0]).size(), static_cast<size_t>(it.query_tiles[0]));
+    by_slot[static_cast<size_t>(it.slot)].push_back(&it);
+  }
+  ASSERT_EQ(placed.run_offsets.size(), s.run_offsets.size() + static_cast<size_t>(parts));
+  for (int32_t t = 0; t <= s.row_tiles; ++t) ASSERT_EQ(placed.run_offsets[t], s.run_offsets[t]);
+  for (int32_t r = 0; r < s.run_offsets[s.row_tiles]; ++r) ASSERT_EQ(placed.runs[r].begin, s.runs[r].begin);
+  for (size_t slot = 0; slot < tiles.size(); ++slot) {
+    auto& ps = by_slot[slot];
+    ASSERT_GE(ps.size(), 2u) << "slot " << slot;
+    std::sort(ps.begin(), ps.end(), [](const BwdItem* a, const BwdItem* b) { return a->from_tile < b->from_tile; });
+    std::vector<std::tuple<int32_t, int32_t, int32_t>> walked;
+    for (const BwdItem* part : ps) {
+      ASSERT_EQ(part->from_tile, static_cast<int32_t>(walked.size()));
+      const auto w = walk_of(placed, part->tiles[0]);
+      walked.insert(walked.end(), w.begin(), w.end());
+    }
+    ASSERT_EQ(walked, walk_of(s, tiles[slot])) << "slot " << slot;
+    ++seen[static_cast<size_t>(tiles[slot])];
+  }
+  for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(seen[static_cast<size_t>(t)], 1) << "row tile " << t;
+}
+
 void expect_exact(const lca_mask& m, const std::string& label) {
   const std::vector<char> truth = lca::test::dense_truth(m);  // row-major over (q, k)
   for (auto [by_query, tile_rows] : {std::pair{true, 64}, std::pair{true, 128}, std::pair{false, 64}, std::pair{false, 128}}) {
@@ -146,7 +199,9 @@ void expect_exact(const lca_mask& m, const std::string& label) {
       for (auto [heads_kv, slots, pairing] : {std::tuple{8, 132, BwdPairing::kAuto}, std::tuple{1, 3, BwdPairing::kAuto},
                                               std::tuple{2, 132, BwdPairing::kNone}, std::tuple{2, 132, BwdPairing::kAll}}) {
         SCOPED_TRACE("items: heads_kv " + std::to_string(heads_kv) + " slots " + std::to_string(slots));
-        expect_items_partition(s, backward_items(s, heads_kv, 8 / heads_kv, slots, pairing));
+        const auto items = backward_items(s, heads_kv, 8 / heads_kv, slots, pairing);
+        expect_items_partition(s, items);
+        expect_split_walks(s, items, 8 / heads_kv);
       }
   }
 }
@@ -545,6 +600,83 @@ TEST(FlexSchedule, LongItemsOfFewKeyTilesGoOutWithKvHeadsTogether) {
   EXPECT_EQ(kv_heads_together(skewed, 8, 8, 16), 4);
   skewed[0].query_tiles[0] = static_cast<int32_t>(lca_flex_flash::kKvHeadsWalkLimit / 32 + 1);
   EXPECT_EQ(kv_heads_together(skewed, 8, 8, 16), 2);
+}
+
+// The backward splits a walk across blocks where it alone would end the backward late: shared_question
+// at 128K (a key tile of the question that every query tile sees: 16K iterations, over the whole
+// work's bound per SM; simulated 0.52 of the bound -> over 0.9) and global_sliding at 256K (its global
+// key tiles, where kv heads together no longer fit: 0.85 -> over 0.95). Nowhere at 16K-64K on the
+// builtin masks (global_sliding's kv heads together already reach 0.97-0.99 there).
+TEST(FlexSchedule, LongWalksAreSplitWhereTheyEndTheBackwardLate) {
+  using lca_flex_flash::item_cost;
+  using lca_flex_flash::kv_heads_together;
+  using lca_flex_flash::simulated_order_makespan;
+  using lca_flex_flash::split_long_walks;
+  auto& p = BuiltinProvider::instance();
+  // The simulated dispatch, in the order kv_heads_together picks, as a share of the work's bound.
+  auto share = [](const std::vector<BwdItem>& items) {
+    int64_t work = 0;
+    for (const BwdItem& it : items) work += item_cost(it, 8) * 8;
+    return double(work) / 132 / double(simulated_order_makespan(items, 8, 8, 132, kv_heads_together(items, 8, 8, 132)));
+  };
+  auto split_of = [&](const std::string& name, int64_t seqlen, double* before, double* after) {
+    auto g = p.generate(name, "{}", seqlen, 42);
+    EXPECT_EQ(g.status, LCA_OK) << g.error;
+    const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
+    const auto items = backward_items(s, 8, 8, 132, BwdPairing::kAuto);
+    const auto split = split_long_walks(items, 8, 8, 132);
+    EXPECT_EQ(split_long_walks(items, 8, 8, 0).size(), items.size());  // no SMs given: as they are
+    if (before) *before = share(items);
+    if (after) *after = share(split);
+    return split.size() - items.size();
+  };
+  double before = 0, after = 0;
+  EXPECT_GT(split_of("shared_question", 131072, &before, &after), 0u);
+  EXPECT_LT(before, 0.6);
+  EXPECT_GT(after, 0.9);
+  EXPECT_GT(split_of("global_sliding", 262144, &before, &after), 0u);
+  EXPECT_LT(before, 0.9);
+  EXPECT_GT(after, 0.95);
+  for (const int64_t seqlen : {16384, 65536})
+    for (const char* name : {"full", "causal", "causal_document", "sliding_window", "sliding_window_causal",
+                             "sliding_window_document", "shared_question", "global_sliding", "block_causal_document",
+                             "prefix_lm_causal"})
+      EXPECT_EQ(split_of(name, seqlen, nullptr, nullptr), 0u) << name << " " << seqlen;
+
+  // The GPU test's mask (test_flex_flash, ALongWalkSplitAcrossBlocksMatchesTheGpuReference), heads
+  // 16:8: the default splits it on an H100's 132 SMs (not the skip kernel's mask: few idle halves).
+  {
+    const auto slices = lca::test::question_then_documents(8192, 128, 1024);
+    const lca_mask m{sizeof(lca_mask), 8192, 8192, static_cast<int64_t>(slices.size()), slices.data(), nullptr, 0, nullptr};
+    const TileSchedule s = build_schedule(m, /*by_query=*/false, 128);
+    const auto items = backward_items(s, 8, 2, 132, BwdPairing::kAuto);
+    EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 2,
+                                                            lca_flex_flash::plain_walks(items)));
+    EXPECT_GT(split_long_walks(items, 8, 2, 132).size(), items.size());
+  }
+
+  // One long walk among many short ones on 16 SMs: split into about equal parts of at most its
+  // half, quarter ... whichever ends soonest; the short ones stay whole.
+  std::vector<BwdItem> skewed(1, BwdItem{{0, -1}, {1000, 0}, 0});
+  skewed.insert(skewed.end(), 400, BwdItem{{1, -1}, {5, 0}, 0});
+  const auto split = split_long_walks(skewed, 1, 8, 16);
+  ASSERT_GT(split.size(), skewed.size());
+  int32_t tiles = 0;
+  for (const BwdItem& it : split) {
+    if (it.slot < 0) {
+      EXPECT_EQ(it.query_tiles[0], 5);
+      continue;
+    }
+    EXPECT_EQ(it.slot, 0);
+    EXPECT_EQ(it.tiles[0], 0);
+    EXPECT_GE(it.query_tiles[0], 1000 / 16);
+    tiles += it.query_tiles[0];
+  }
+  EXPECT_EQ(tiles, 1000);
+  // Not split: a walk of one query tile, pairs and walks with heads inner.
+  const std::vector<BwdItem> unsplittable = {BwdItem{{0, -1}, {1, 0}, 0}, BwdItem{{1, 2}, {500, 3}, kWalkHeadsInner},
+                                             BwdItem{{3, -1}, {500, 0}, kWalkHeadsInner}};
+  for (const BwdItem& it : lca_flex_flash::split_items(unsplittable, 8, 0)) EXPECT_EQ(it.slot, -1);
 }
 
 }  // namespace

@@ -53,4 +53,10 @@ BwdSplit backward_split() {
   return v == "off" ? BwdSplit::kOff : BwdSplit::kAll;
 }
 
+BwdLocal backward_local() {
+  static const std::string v = dev::variant_env("LCA_FLEX_BWD_LOCAL", "off on");
+  if (v.empty()) return BwdLocal::kAuto;
+  return v == "off" ? BwdLocal::kOff : BwdLocal::kOn;
+}
+
 }  // namespace lca_flex_flash

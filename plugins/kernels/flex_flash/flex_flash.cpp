@@ -134,6 +134,7 @@ class FlexFlash final : public lca::IKernel {
     const int32_t heads_kv = static_cast<int32_t>(pr.heads_kv);
     const int32_t together = backward_kv_heads_together(heads_kv);
     const BwdSplit split = backward_split();
+    const BwdLocal local = backward_local();
     int device = 0, sms = 0;
     LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
     LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -143,10 +144,13 @@ class FlexFlash final : public lca::IKernel {
       std::vector<int32_t> split_tiles;  // the split key tiles by slot (place_split_walks)
       int32_t kv_heads_together = 1;
     };
-    auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, split, sms] {
+    auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, split, local, sms] {
       Bwd b{build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, bwd_speedup), {}};
       const int32_t group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
-      b.items = backward_items(b.sched, heads_kv, group, sms, pairing);
+      // The document-local order not where the skip kernel may run (its plain walks rotate).
+      const bool skip = default_sm90_skip_backward(idle_share(b.sched), mean_tiles(b.sched) * group, true);
+      b.items = backward_items(b.sched, heads_kv, group, sms, pairing,
+                               local == BwdLocal::kAuto && skip ? BwdLocal::kOff : local);
       // Long walks split across blocks, on the Hopper kernel's 128-key schedule; not where the
       // default takes the skip kernel, whose plain walks rotate instead.
       if (b.sched.tile_rows == kBwdKeys) {

@@ -381,7 +381,7 @@ int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t head
 }
 
 int32_t kv_heads_together(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots) {
-  if (slots <= 0 || items.empty()) return 1;
+  if (slots <= 0 || items.empty() || local_walks(items)) return 1;
   int64_t longest = 0;
   for (const BwdItem& it : items) longest = std::max(longest, item_iterations(it, group));
   int32_t g = 1;
@@ -393,7 +393,7 @@ int32_t kv_heads_together(const std::vector<BwdItem>& items, int32_t heads_kv, i
 }
 
 std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,
-                                    BwdPairing pairing) {
+                                    BwdPairing pairing, BwdLocal local) {
   const int32_t n = s.row_tiles;
   std::vector<int64_t> tiles(static_cast<size_t>(n), 0);
   std::vector<int32_t> lo(static_cast<size_t>(n), std::numeric_limits<int32_t>::max()), hi(static_cast<size_t>(n), -1);
@@ -435,6 +435,42 @@ std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int
   const bool down = at_end >= at_start;
   const int32_t single_flags = pair ? kWalkHeadsInner | (down ? kWalkDown0 : 0) : 0;
   auto cost = [group](const BwdItem& it) { return item_cost(it, group); };
+
+  // Document-local: of the tiles whose range ends where another's does, those that start apart
+  // from the rest of their end's (distinct starts per end, counted where an end has two or more).
+  if (!pair && seen > 0 && (local == BwdLocal::kOn || (local == BwdLocal::kAuto && pairing == BwdPairing::kAuto))) {
+    int64_t total = 0;
+    for (int32_t t = 0; t < n; ++t) total += tiles[t];
+    bool take = local == BwdLocal::kOn;
+    if (!take && 10 * contiguous >= 9 * seen && double(total) <= kLocalMeanTiles * double(seen)) {
+      std::unordered_map<int32_t, std::vector<int32_t>> starts_by_end;
+      for (int32_t t = 0; t < n; ++t)
+        if (tiles[t] > 0) starts_by_end[hi[t]].push_back(lo[t]);
+      int64_t staggered = 0;
+      for (auto& [end, starts] : starts_by_end) {
+        std::sort(starts.begin(), starts.end());
+        const int64_t distinct = std::unique(starts.begin(), starts.end()) - starts.begin();
+        if (distinct >= 2) staggered += distinct;
+      }
+      take = 2 * staggered >= seen;
+    }
+    if (take) {
+      const double long_walk = kLocalLongWalk * double(total) / double(seen);
+      std::vector<BwdItem> items, locals;
+      for (int32_t t = 0; t < n; ++t) {
+        const BwdItem it{{t, -1}, {static_cast<int32_t>(tiles[t]), 0}, 0};
+        if (double(tiles[t]) > long_walk) {
+          items.push_back(it);
+        } else {
+          locals.push_back(it);
+          locals.back().flags = kWalkDown0 | kWalkHeadsInner | kWalkLocal;
+        }
+      }
+      std::stable_sort(items.begin(), items.end(), [&](const BwdItem& a, const BwdItem& b) { return cost(a) > cost(b); });
+      items.insert(items.end(), locals.begin(), locals.end());
+      return items;
+    }
+  }
   const int32_t pairs = pair ? n / 2 : 0;
   // The items with the last `split` pairs (those of middling tiles) launched as single tiles.
   auto build = [&](int32_t split) {
@@ -488,10 +524,21 @@ bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col) {
   return false;
 }
 
+bool local_walks(const std::vector<BwdItem>& items) {
+  return std::any_of(items.begin(), items.end(), [](const BwdItem& it) { return (it.flags & kWalkLocal) != 0; });
+}
+
 bool plain_walks(const std::vector<BwdItem>& items) {
   return std::all_of(items.begin(), items.end(),
                      [](const BwdItem& it) { return it.tiles[1] < 0 && it.flags == 0 && it.slot < 0; });
 }
+
+namespace {
+// A walk split_items may split: one key tile of two or more query tiles, up, heads outer, whole.
+bool splittable(const BwdItem& it) {
+  return it.tiles[1] < 0 && it.flags == 0 && it.slot < 0 && it.query_tiles[0] > 1;
+}
+}  // namespace
 
 std::vector<BwdItem> split_items(const std::vector<BwdItem>& items, int32_t group, int64_t limit, int32_t most_parts) {
   std::vector<BwdItem> out;
@@ -499,10 +546,9 @@ std::vector<BwdItem> split_items(const std::vector<BwdItem>& items, int32_t grou
   int32_t slot = 0;
   for (const BwdItem& it : items) {
     const int32_t tiles = it.query_tiles[0];
-    const bool plain = it.tiles[1] < 0 && it.flags == 0 && it.slot < 0 && tiles > 1;
     const int64_t iterations = item_iterations(it, group);
     int64_t parts = 1;
-    if (plain && iterations > limit) {
+    if (splittable(it) && iterations > limit) {
       parts = limit > 0 ? std::min<int64_t>((iterations + limit - 1) / limit, tiles) : tiles;
       if (most_parts > 0) parts = std::min<int64_t>(parts, most_parts);
     }
@@ -519,8 +565,12 @@ std::vector<BwdItem> split_items(const std::vector<BwdItem>& items, int32_t grou
     }
     ++slot;
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [group](const BwdItem& a, const BwdItem& b) { return item_cost(a, group) > item_cost(b, group); });
+  // Longest first, but the blocks of the document-local order after the rest, in their order.
+  std::stable_sort(out.begin(), out.end(), [group](const BwdItem& a, const BwdItem& b) {
+    const bool la = (a.flags & kWalkLocal) != 0, lb = (b.flags & kWalkLocal) != 0;
+    if (la || lb) return !la && lb;
+    return item_cost(a, group) > item_cost(b, group);
+  });
   return out;
 }
 
@@ -528,7 +578,9 @@ std::vector<BwdItem> split_long_walks(const std::vector<BwdItem>& items, int32_t
                                       int32_t slots) {
   if (slots <= 0 || items.empty()) return items;
   int64_t longest = 0;
-  for (const BwdItem& it : items) longest = std::max(longest, item_iterations(it, group));
+  for (const BwdItem& it : items)
+    if (splittable(it)) longest = std::max(longest, item_iterations(it, group));
+  if (longest == 0) return items;
   // Each in the order kv_heads_together gives it.
   auto makespan = [&](const std::vector<BwdItem>& v) {
     return simulated_order_makespan(v, heads_kv, group, slots, kv_heads_together(v, heads_kv, group, slots));
@@ -538,6 +590,7 @@ std::vector<BwdItem> split_long_walks(const std::vector<BwdItem>& items, int32_t
   int64_t best_time = whole;
   for (int32_t parts = 2; parts <= 16; parts *= 2) {
     std::vector<BwdItem> split = split_items(items, group, longest / parts);
+    if (split.size() == items.size()) continue;  // nothing split
     const int64_t time = makespan(split);
     if (double(time) * 1.01 < double(best_time)) {
       best = std::move(split);

@@ -77,10 +77,15 @@ struct BwdItem {
   int32_t slot = -1;
   int32_t from_tile = 0;
 };
-constexpr int32_t kWalkDown0 = 1, kWalkDown1 = 2, kWalkHeadsInner = 4;
+// kWalkLocal: a block of the document-local order (backward_items); the kernel reads only the
+// other bits.
+constexpr int32_t kWalkDown0 = 1, kWalkDown1 = 2, kWalkHeadsInner = 4, kWalkLocal = 8;
 
 // Whether key tiles share blocks (backward_items): never, on causal-like masks (kAuto), always.
 enum class BwdPairing { kNone, kAuto, kAll };
+// Whether unpaired key tiles take the document-local order (backward_items): never, by the rule
+// (kAuto), always.
+enum class BwdLocal { kOff, kAuto, kOn };
 
 // The blocks of the Hopper backward, in launch order (the grid runs them for one kv head, then
 // the next). Unpaired, every key tile is a block of its own, longest first, walking its query
@@ -97,8 +102,29 @@ enum class BwdPairing { kNone, kAuto, kAll };
 // fewest that bring the simulated dispatch onto `slots` SMs within 1.5% of its best (slots <= 0
 // or kAll: none). Every row tile appears exactly once, empty ones too (their dK and dV are zeros
 // to write).
+// Document-local order (unpaired masks of many short causal documents: causal_document,
+// prefix_lm_document, shared_question at 128K, seed 42): where at least half of the key tiles' query
+// ranges end where other ranges end but start elsewhere (a document's key tiles: their ranges
+// start at their diagonal and end at the document's end), 90% have no gaps and the mean walk is
+// at most kLocalMeanTiles query tiles, longest first
+// would run the key tiles of one document at different times and read a document's query tiles
+// from DRAM once per key tile (H100, shared_question at 128K: L2 hit rate 36-45%). There (kAuto
+// with pairing kAuto, or kOn on any unpaired mask) the blocks go out in tile order, each walking down from its range's end with
+// heads inner (kWalkDown0 | kWalkHeadsInner | kWalkLocal): a document's blocks start together at
+// its last query tile and read every (query tile, head) at the same step. Walks of over
+// kLocalLongWalk x the mean stay plain and go first, longest first (split_long_walks may split
+// them: the question of shared_question). Measured (H100, against longest first, NOTES v25):
+// causal_document, prefix_lm_document and shared_question (its question split either way)
+// +43 / +41 / +63% at 128K (mean walks of 25-27 query tiles); with mean walks of ~200 and more,
+// -1.4 to -1.9% at 64K, +3% at 256K, +0.5-1% at 512K: kLocalMeanTiles, chosen between 27 and 188,
+// keeps those plain. On the windows, where ranges end apart, the same order lost 45%.
+constexpr double kLocalLongWalk = 8.0;
+constexpr double kLocalMeanTiles = 64.0;
 std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,
-                                    BwdPairing pairing);
+                                    BwdPairing pairing, BwdLocal local = BwdLocal::kAuto);
+// Whether the items are in the document-local order (any kWalkLocal block): the order of kv heads
+// stays one after another there (kv_heads_together).
+bool local_walks(const std::vector<BwdItem>& items);
 
 // The iterations of the Hopper backward's block of `it` (its query tiles x heads of the group), and
 // what the block costs: those plus an estimated fixed cost (K and V in, dK and dV out; for a part
@@ -118,11 +144,12 @@ int64_t item_cost(const BwdItem& it, int32_t group);
 // split_items splits every plain walk (one key tile, up, heads outer, not yet split) of over
 // `limit` iterations into as few parts of about equal query tiles as bring each to at most `limit`
 // (limit 0: one query tile a part), but at most most_parts (0: no bound); slots are numbered from 0,
-// one a split tile; sorted longest first, as backward_items' are. The parts' runs are set by
+// one a split tile; sorted longest first, as backward_items' are, but the blocks of the
+// document-local order stay after the rest in their order. The parts' runs are set by
 // place_split_walks.
 std::vector<BwdItem> split_items(const std::vector<BwdItem>& items, int32_t group, int64_t limit,
                                  int32_t most_parts = 0);
-// The rule: of the splits that bring each walk to at most the longest's 1 / 2, 1 / 4, 1 / 8 or
+// The rule: of the splits that bring each walk to at most the longest plain walk's 1 / 2, 1 / 4, 1 / 8 or
 // 1 / 16, the one whose simulated dispatch (on `slots` SMs, in the order kv_heads_together picks
 // for it) ends soonest (more parts only where they end over 1% sooner), taken where it ends at
 // least kSplitGain sooner than no split; else the items as they are (slots <= 0: as they are).
@@ -150,7 +177,9 @@ std::vector<int32_t> place_split_walks(TileSchedule& s, std::vector<BwdItem>& it
 // g = 4 1.06 / 1.12).
 // The rule: the largest g (a power of two) for which g times the longest walk is at most
 // kKvHeadsWalkLimit iterations; taken if the simulated dispatch of the items on `slots` SMs ends at
-// least kKvHeadsGain sooner with it than with g = 1, else g = 1 (slots <= 0: 1). Both chosen from
+// least kKvHeadsGain sooner with it than with g = 1, else g = 1 (slots <= 0, or items in the
+// document-local order, whose blocks of a document run together: 1; with it, shared_question at
+// 128K lost 15% to all kv heads together, NOTES v25). Both chosen from
 // those A/Bs, not tuned closer: heads inner sped up the masks simulated 8-16% sooner with walks of
 // up to 4096 iterations (8 x 4096 = 32768 at once) and slowed those simulated 2-3% sooner
 // (sliding_window_document and shared_question at 16K / 64K). The default also keeps the skip

@@ -48,7 +48,7 @@ void expect_items_partition(const TileSchedule& s, const std::vector<BwdItem>& i
     ASSERT_LT(it.tiles[0], s.row_tiles);
     ASSERT_GE(it.tiles[1], -1);
     ASSERT_LT(it.tiles[1], s.row_tiles);
-    ASSERT_EQ(it.flags & ~(kWalkDown0 | kWalkDown1 | kWalkHeadsInner), 0);
+    ASSERT_EQ(it.flags & ~(kWalkDown0 | kWalkDown1 | kWalkHeadsInner | lca_flex_flash::kWalkLocal), 0);
     for (int i = 0; i < 2; ++i) {
       const int32_t t = it.tiles[i];
       if (t < 0) {
@@ -366,17 +366,26 @@ TEST(FlexSchedule, BackwardPairsTheKeyTilesOfCausalMasks) {
     EXPECT_EQ(singles[i].flags, 0);
   }
   // Alike ranges: no pairs by default (documents of 1K-3K tokens; the default distribution at 16K
-  // packs a few long documents, which are causal-like and paired).
+  // packs a few long documents, which are causal-like and paired). Many short causal documents take
+  // the document-local order: tile order, each walked down with heads inner; the others stay plain.
   for (const auto& [name, params] : {std::pair{"full", "{}"}, std::pair{"sliding_window_causal", "{}"},
                                      std::pair{"causal_document", R"({"dist":"uniform:1000-3000"})"},
                                      std::pair{"block_sparse", "{}"}, std::pair{"global_sliding", "{}"}}) {
     auto m = p.generate(name, params, 16384, 42);
     ASSERT_EQ(m.status, LCA_OK) << m.error;
     const TileSchedule sm = build_schedule(*m.mask, /*by_query=*/false, 128);
-    for (const BwdItem& it : backward_items(sm, 8, 8, 132, BwdPairing::kAuto)) {
-      EXPECT_EQ(it.tiles[1], -1) << name;
-      EXPECT_EQ(it.flags, 0) << name;
+    const bool local = std::string(name) == "causal_document";
+    const std::vector<BwdItem> items = backward_items(sm, 8, 8, 132, BwdPairing::kAuto);
+    EXPECT_EQ(lca_flex_flash::local_walks(items), local) << name;
+    for (size_t i = 0; i < items.size(); ++i) {
+      EXPECT_EQ(items[i].tiles[1], -1) << name;
+      EXPECT_EQ(items[i].flags, local ? kWalkDown0 | kWalkHeadsInner | lca_flex_flash::kWalkLocal : 0) << name;
+      if (local) EXPECT_EQ(items[i].tiles[0], static_cast<int32_t>(i)) << "tile order";
     }
+    // Off, or under another pairing: plain.
+    EXPECT_FALSE(lca_flex_flash::local_walks(backward_items(sm, 8, 8, 132, BwdPairing::kAuto, lca_flex_flash::BwdLocal::kOff)));
+    EXPECT_FALSE(lca_flex_flash::local_walks(backward_items(sm, 8, 8, 132, BwdPairing::kNone)));
+    EXPECT_TRUE(lca_flex_flash::local_walks(backward_items(sm, 8, 8, 132, BwdPairing::kNone, lca_flex_flash::BwdLocal::kOn)));
   }
   // Prefix-LM: the prefix's keys see every query, the rest causally: paired.
   {
@@ -677,6 +686,23 @@ TEST(FlexSchedule, LongWalksAreSplitWhereTheyEndTheBackwardLate) {
   const std::vector<BwdItem> unsplittable = {BwdItem{{0, -1}, {1, 0}, 0}, BwdItem{{1, 2}, {500, 3}, kWalkHeadsInner},
                                              BwdItem{{3, -1}, {500, 0}, kWalkHeadsInner}};
   for (const BwdItem& it : lca_flex_flash::split_items(unsplittable, 8, 0)) EXPECT_EQ(it.slot, -1);
+}
+
+// The document-local order of the backward (backward_items) on the builtin masks, as plan() asks
+// for it (not where the skip kernel may run): the masks of many short causal documents at 128K (at
+// seed 42 their documents average a few hundred tokens there: mean walks of 25-27 query tiles), not
+// at 16K-64K or 256K (longer documents, mean walks of ~200; at 16K-32K they are paired); never the
+// windows, global_sliding, full or block_sparse. Its blocks go out one kv head after another.
+TEST(FlexSchedule, ManyShortDocumentsTakeTheDocumentLocalOrder) {
+  auto local_of = [](const std::string&, int64_t, const TileSchedule& s) {
+    const bool skip = lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 8, true);
+    const auto items = backward_items(s, 8, 8, 132, BwdPairing::kAuto, skip ? lca_flex_flash::BwdLocal::kOff : lca_flex_flash::BwdLocal::kAuto);
+    return lca_flex_flash::local_walks(items) && lca_flex_flash::kv_heads_together(items, 8, 8, 132) == 1;
+  };
+  const std::set<std::string> documents = {"causal_document", "prefix_lm_document", "shared_question"};
+  for_each_builtin(/*by_query=*/false, {16384, 65536, 131072, 262144}, [&](const std::string& name, int64_t seqlen, const TileSchedule& s) {
+    EXPECT_EQ(local_of(name, seqlen, s), seqlen == 131072 && documents.count(name) > 0) << name << " " << seqlen;
+  });
 }
 
 }  // namespace

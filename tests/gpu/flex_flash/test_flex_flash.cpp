@@ -141,18 +141,10 @@ TEST_P(FlexFlashBuiltin, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Patterns, FlexFlashBuiltin, ::testing::ValuesIn(builtin_patterns()),
                          [](const auto& info) { return info.param.name; });
 
-// block_sparse at 8K with heads 16:8: the backward's 64 key tiles x 8 kv heads make 512 blocks, so
-// most start after the first wave; the default skip backward starts those where the running blocks
-// of their kv head are and wraps round their walk (backward_sm90.cuh, plain walks). The forward is
-// the pair kernel (group 2). Too large for cpu_reference in a test: checked against cuda_reference.
-TEST(FlexFlash, LateBlocksOfTheSkipBackwardMatchTheGpuReference) {
-  LCA_SKIP_WITHOUT_GPU();
-  const int64_t s = 8192;
-  auto g = BuiltinProvider::instance().generate("block_sparse", "{}", s, 5);
-  ASSERT_EQ(g.status, LCA_OK) << g.error;
-  const Problem p = make("block_sparse_8k_gqa2_d128_bf16", s, s, 16, 8, 128, LCA_DTYPE_BF16,
-                         std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices));
-  const Inputs in = make_inputs(p, 77);
+// flex_flash's forward and two backward calls (accumulators must be zeroed each call) against
+// cuda_reference on the same inputs: for problems too large for cpu_reference in a test.
+void expect_matches_gpu_reference(const Problem& p, uint64_t seed) {
+  const Inputs in = make_inputs(p, seed);
   core::gpu::DeviceAllocator alloc(0);
   core::gpu::Stream stream;
   const Results ref = run_cuda(PluginHandle("cuda_reference"), p, in, true, alloc, stream.handle());
@@ -171,30 +163,30 @@ TEST(FlexFlash, LateBlocksOfTheSkipBackwardMatchTheGpuReference) {
   EXPECT_LE(e_dv, tol.grad);
 }
 
+// block_sparse at 8K with heads 16:8: the backward's 64 key tiles x 8 kv heads make 512 blocks, so
+// most start after the first wave; the default skip backward starts those where the running blocks
+// of their kv head are and wraps round their walk (backward_sm90.cuh, plain walks). The forward is
+// the pair kernel (group 2).
+TEST(FlexFlash, LateBlocksOfTheSkipBackwardMatchTheGpuReference) {
+  LCA_SKIP_WITHOUT_GPU();
+  const int64_t s = 8192;
+  auto g = BuiltinProvider::instance().generate("block_sparse", "{}", s, 5);
+  ASSERT_EQ(g.status, LCA_OK) << g.error;
+  expect_matches_gpu_reference(make("block_sparse_8k_gqa2_d128_bf16", s, s, 16, 8, 128, LCA_DTYPE_BF16,
+                                    std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices)),
+                               77);
+}
+
 // A question's key tile that every query sees, beside documents of 1024 tokens (8K, heads 16:8): by
 // default the backward splits its walk across blocks (split_long_walks; test_flex_schedule checks
-// that it does on 132 SMs), whose dK and dV go through an fp32 accumulator and kv_kernel. Two
-// backward calls: the accumulator is zeroed each call. Checked against cuda_reference.
+// that it does on 132 SMs), whose dK and dV go through an fp32 accumulator and kv_kernel, zeroed
+// each backward call; the documents' key tiles take the document-local order.
 TEST(FlexFlash, ALongWalkSplitAcrossBlocksMatchesTheGpuReference) {
   LCA_SKIP_WITHOUT_GPU();
   const int64_t s = 8192;
-  const Problem p = make("question_docs_8k_gqa2_d128_bf16", s, s, 16, 8, 128, LCA_DTYPE_BF16,
-                         lca::test::question_then_documents(s, 128, 1024));
-  const Inputs in = make_inputs(p, 78);
-  core::gpu::DeviceAllocator alloc(0);
-  core::gpu::Stream stream;
-  const Results ref = run_cuda(PluginHandle("cuda_reference"), p, in, true, alloc, stream.handle());
-  ASSERT_EQ(ref.status, LCA_OK) << ref.error;
-  const Results got = run_cuda(PluginHandle("flex_flash"), p, in, true, alloc, stream.handle(), /*backward_calls=*/2);
-  ASSERT_EQ(got.status, LCA_OK) << got.error;
-  const Tolerance tol = tolerance(p.dtype);
-  const double e_dq = rel_l2(got.dq, ref.dq), e_dk = rel_l2(got.dk, ref.dk), e_dv = rel_l2(got.dv, ref.dv);
-  std::printf("[flex_flash vs cuda_reference] %s o %.2e dq %.2e dk %.2e dv %.2e\n", p.name.c_str(), rel_l2(got.o, ref.o),
-              e_dq, e_dk, e_dv);
-  EXPECT_LE(rel_l2(got.o, ref.o), tol.out);
-  EXPECT_LE(e_dq, tol.grad);
-  EXPECT_LE(e_dk, tol.grad);
-  EXPECT_LE(e_dv, tol.grad);
+  expect_matches_gpu_reference(make("question_docs_8k_gqa2_d128_bf16", s, s, 16, 8, 128, LCA_DTYPE_BF16,
+                                    lca::test::question_then_documents(s, 128, 1024)),
+                               78);
 }
 
 TEST(FlexFlash, RefusesWhatTheManifestDoesNotDeclare) {

@@ -653,7 +653,8 @@ TEST(FlexSchedule, LongWalksAreSplitWhereTheyEndTheBackwardLate) {
       EXPECT_EQ(split_of(name, seqlen, nullptr, nullptr), 0u) << name << " " << seqlen;
 
   // The GPU test's mask (test_flex_flash, ALongWalkSplitAcrossBlocksMatchesTheGpuReference), heads
-  // 16:8: the default splits it on an H100's 132 SMs (not the skip kernel's mask: few idle halves).
+  // 16:8: the default splits it on an H100's 132 SMs (not the skip kernel's mask: few idle halves),
+  // and its documents take the document-local order.
   {
     const auto slices = lca::test::question_then_documents(8192, 128, 1024);
     const lca_mask m{sizeof(lca_mask), 8192, 8192, static_cast<int64_t>(slices.size()), slices.data(), nullptr, 0, nullptr};
@@ -662,6 +663,8 @@ TEST(FlexSchedule, LongWalksAreSplitWhereTheyEndTheBackwardLate) {
     EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 2,
                                                             lca_flex_flash::plain_walks(items)));
     EXPECT_GT(split_long_walks(items, 8, 2, 132).size(), items.size());
+    EXPECT_TRUE(lca_flex_flash::local_walks(items));  // the documents' key tiles
+    EXPECT_EQ(items.front().flags, 0);                 // the question's, plain and first
   }
 
   // One long walk among many short ones on 16 SMs: split into about equal parts of at most its

@@ -117,11 +117,11 @@ int32_t backward_kv_heads_together(int32_t heads_kv);
 // plain walk of two or more query tiles into up to kForcedSplitParts parts (the tests' small
 // problems then take the split path).
 enum class BwdSplit { kAuto, kOff, kAll };
+constexpr int32_t kForcedSplitParts = 4;
+BwdSplit backward_split();
 // Whether backward_items may take the document-local order, from LCA_FLEX_BWD_LOCAL: unset, by its
 // rule (not where the default may take the skip kernel); "off", never; "on", on every unpaired mask.
 BwdLocal backward_local();
-constexpr int32_t kForcedSplitParts = 4;
-BwdSplit backward_split();
 
 // The launchers' thresholds, here rather than in the .cuh files so that the host tests check the
 // builtin masks against the same numbers (test_flex_schedule).

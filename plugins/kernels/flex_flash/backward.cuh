@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(256) kv_kernel(const BwdParams p) {
   const float* dk = p.dkv_accum + int64_t{pair} * D + col;
   *reinterpret_cast<uint4*>(static_cast<T*>(p.dk) + key * p.dk_tok + hk * p.dk_head + col) = convert(dk);
   *reinterpret_cast<uint4*>(static_cast<T*>(p.dv) + key * p.dv_tok + hk * p.dv_head + col) =
-      convert(dk + p.dkv_accum_half);
+      convert(dk + dkv_accum_floats(p.split_count, p.heads_kv, D));
 }
 
 template <class T, int D>
@@ -308,8 +308,9 @@ void run_backward(const BwdParams& p, cudaStream_t stream) {
     // The split walks' parts add their dK and dV into zeroed fp32 accumulators (plan() splits only
     // on 128-key schedules: the Hopper kernel's).
     if (p.split_count > 0)
-      LCA_FLEX_CUDA_CHECK(
-          cudaMemsetAsync(p.dkv_accum, 0, 2 * sizeof(float) * static_cast<size_t>(p.dkv_accum_half), stream));
+      LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(
+          p.dkv_accum, 0, 2 * sizeof(float) * static_cast<size_t>(dkv_accum_floats(p.split_count, p.heads_kv, D)),
+          stream));
     launch_backward_sm90<T, D>(p, stream);
     dq_kernel<T, D><<<row_blocks, 256, 0, stream>>>(p);
     LCA_FLEX_CHECK_LAUNCH("flex_flash dq_kernel");

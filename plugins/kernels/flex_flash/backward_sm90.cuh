@@ -493,7 +493,7 @@ __global__ void __launch_bounds__(384, 1)
     // accumulator (every key of the tile: kv_kernel converts those within seqlen_k).
     if (item.slot >= 0) {
       float* dk_acc = p.dkv_accum + ((int64_t{item.slot} * p.heads_kv + hk) * L::kKeys) * D;
-      float* dv_acc = dk_acc + p.dkv_accum_half;
+      float* dv_acc = dk_acc + dkv_accum_floats(p.split_count, p.heads_kv, D);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int key = key0 + g + 8 * r;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <future>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lca_flex_flash {
@@ -147,21 +148,10 @@ class FlexFlash final : public lca::IKernel {
     auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, split, local, sms] {
       Bwd b{build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, bwd_speedup), {}};
       const int32_t group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
-      // The document-local order not where the skip kernel may run (its plain walks rotate).
-      const bool skip = default_sm90_skip_backward(idle_share(b.sched), mean_tiles(b.sched) * group, true);
-      b.items = backward_items(b.sched, heads_kv, group, sms, pairing,
-                               local == BwdLocal::kAuto && skip ? BwdLocal::kOff : local);
-      // Long walks split across blocks, on the Hopper kernel's 128-key schedule; not where the
-      // default takes the skip kernel, whose plain walks rotate instead.
-      if (b.sched.tile_rows == kBwdKeys) {
-        if (split == BwdSplit::kAll)
-          b.items = split_items(b.items, group, 0, kForcedSplitParts);
-        else if (split == BwdSplit::kAuto &&
-                 !default_sm90_skip_backward(idle_share(b.sched), mean_tiles(b.sched) * group, plain_walks(b.items)))
-          b.items = split_long_walks(b.items, heads_kv, group, sms);
-        b.split_tiles = place_split_walks(b.sched, b.items);
-      }
-      b.kv_heads_together = together > 0 ? together : default_kv_heads_together(b.sched, b.items, heads_kv, group, sms);
+      BackwardBlocks blocks = default_backward_blocks(b.sched, heads_kv, group, sms, pairing, local, split, together);
+      b.items = std::move(blocks.items);
+      b.kv_heads_together = blocks.kv_heads_together;
+      b.split_tiles = place_split_walks(b.sched, b.items);  // the parts' own row tiles, if any
       return b;
     });
     TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
@@ -224,10 +214,10 @@ class FlexFlash final : public lca::IKernel {
       plan.dq_accum = DeviceBuffer(exec.allocator, rows * pr.head_dim * sizeof(float), "the fp32 dQ accumulator");
       plan.delta = DeviceBuffer(exec.allocator, rows * sizeof(float), "delta = rowsum(dO * O)");
       if (plan.split_count > 0)
-        plan.dkv_accum = DeviceBuffer(exec.allocator,
-                                      2 * sizeof(float) * static_cast<size_t>(plan.split_count) *
-                                          static_cast<size_t>(pr.heads_kv) * kBwdKeys * static_cast<size_t>(pr.head_dim),
-                                      "the split walks' fp32 dK and dV");
+        plan.dkv_accum = DeviceBuffer(
+            exec.allocator,
+            2 * sizeof(float) * static_cast<size_t>(dkv_accum_floats(plan.split_count, pr.heads_kv, pr.head_dim)),
+            "the split walks' fp32 dK and dV");
     }
     BwdParams p{};
     p.q = a.q.data, p.k = a.k.data, p.v = a.v.data, p.o = a.o.data, p.d_o = a.d_o.data;
@@ -238,7 +228,6 @@ class FlexFlash final : public lca::IKernel {
     p.split_count = plan.split_count;
     p.split_tiles = plan.split_tiles.as<int32_t>();
     p.dkv_accum = plan.dkv_accum.as<float>();
-    p.dkv_accum_half = int64_t{plan.split_count} * pr.heads_kv * kBwdKeys * pr.head_dim;
     p.q_tok = a.q.stride[0], p.q_head = a.q.stride[1];
     p.k_tok = a.k.stride[0], p.k_head = a.k.stride[1];
     p.v_tok = a.v.stride[0], p.v_head = a.v.stride[1];

@@ -43,6 +43,11 @@ struct DeviceSchedule {
   int32_t kv_heads_together = 1;
 };
 
+// Floats in one of the split walks' fp32 accumulators (dK's; dV's follows it): BwdParams::dkv_accum.
+constexpr int64_t dkv_accum_floats(int64_t split_count, int64_t heads_kv, int64_t head_dim) {
+  return split_count * heads_kv * kBwdKeys * head_dim;
+}
+
 struct FwdParams {
   const void *q, *k, *v;
   void* o;
@@ -61,10 +66,9 @@ struct BwdParams {
   void *dq, *dk, *dv;
   float* dq_accum;  // [seqlen_q, heads_q, head_dim] fp32
   float* delta;     // [heads_q, seqlen_q] fp32: rowsum(dO * O)
-  // Split walks (split_long_walks): dK (scaled) then, dkv_accum_half floats on, dV, fp32, each
-  // [slot][heads_kv][kBwdKeys][head_dim]; split_tiles[slot] is the slot's key tile.
+  // Split walks (split_long_walks): dK (scaled) then dV, fp32, each [slot][heads_kv][kBwdKeys]
+  // [head_dim] (dkv_accum_floats); split_tiles[slot] is the slot's key tile.
   float* dkv_accum;
-  int64_t dkv_accum_half;
   const int32_t* split_tiles;
   int32_t split_count;
   int64_t q_tok, q_head, k_tok, k_head, v_tok, v_head, o_tok, o_head, do_tok, do_head;
@@ -192,6 +196,34 @@ inline int32_t default_kv_heads_together(const TileSchedule& s, const std::vecto
                                          int32_t group, int32_t slots) {
   if (default_sm90_skip_backward(idle_share(s), mean_tiles(s) * group, plain_walks(items))) return 1;
   return kv_heads_together(items, heads_kv, group, slots);
+}
+
+// The Hopper backward's blocks and their order as plan() makes them, before place_split_walks:
+// backward_items, in the document-local order (`local`, LCA_FLEX_BWD_LOCAL) but not where the skip
+// kernel may run (its plain walks rotate instead); on 128-key schedules, long walks split (`split`,
+// LCA_FLEX_BWD_SPLIT) but not where the default takes the skip kernel; kv heads together by
+// default_kv_heads_together, or `together` where over 0 (LCA_FLEX_BWD_ORDER). test_flex_schedule
+// checks the builtin masks' choices through this same function.
+struct BackwardBlocks {
+  std::vector<BwdItem> items;
+  int32_t kv_heads_together = 1;
+};
+inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,
+                                              BwdPairing pairing, BwdLocal local = BwdLocal::kAuto,
+                                              BwdSplit split = BwdSplit::kAuto, int32_t together = 0) {
+  const double walk = mean_tiles(s) * group;
+  const bool skip_possible = default_sm90_skip_backward(idle_share(s), walk, /*plain_walks=*/true);
+  BackwardBlocks b;
+  b.items = backward_items(s, heads_kv, group, slots, pairing,
+                           local == BwdLocal::kAuto && skip_possible ? BwdLocal::kOff : local);
+  if (s.tile_rows == kBwdKeys) {
+    if (split == BwdSplit::kAll)
+      b.items = split_items(b.items, group, 0, kForcedSplitParts);
+    else if (split == BwdSplit::kAuto && !default_sm90_skip_backward(idle_share(s), walk, plain_walks(b.items)))
+      b.items = split_long_walks(b.items, heads_kv, group, slots);
+  }
+  b.kv_heads_together = together > 0 ? together : default_kv_heads_together(s, b.items, heads_kv, group, slots);
+  return b;
 }
 
 // dtype: lca_dtype (bf16 or f16); head_dim 64 or 128. Launch errors throw lca::Error.

@@ -556,12 +556,13 @@ TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
 // The backward's blocks go out with kv heads together where one kv head after another would leave
 // long items to start late, as many together as their walks allow: global_sliding (its key tiles
 // of global keys walk 2052 iterations against 532 at 16K; simulated 0.83 -> 0.97 of the work's
-// bound) all 8 up to 32K, 4 at 64K (walks of 8192), 2 at 128K; block_causal_document at 4K-16K.
+// bound) all 8 up to 32K, 4 at 64K (walks of 8192), 2 at 128K, where the default splits those walks
+// instead (split_long_walks) and keeps one kv head after another; block_causal_document at 4K-16K.
+// (The pair: the rule on backward_items' blocks, and the default's choice, default_backward_blocks.)
 // Where the items are alike (full, causal's pairs, the windows) or the gain is small
 // (sliding_window_document and shared_question at 16K / 64K: 2-3%) the order stays, and the default
 // keeps the skip kernel (block_sparse) so even where the rule alone would not (4K).
 TEST(FlexSchedule, LongItemsOfFewKeyTilesGoOutWithKvHeadsTogether) {
-  using lca_flex_flash::default_kv_heads_together;
   using lca_flex_flash::kv_heads_together;
   using lca_flex_flash::simulated_order_makespan;
   auto& p = BuiltinProvider::instance();
@@ -573,12 +574,13 @@ TEST(FlexSchedule, LongItemsOfFewKeyTilesGoOutWithKvHeadsTogether) {
     EXPECT_EQ(kv_heads_together(items, 8, 8, 0), 1);
     EXPECT_EQ(kv_heads_together(items, 1, 8, 132), 1);
     EXPECT_EQ(kv_heads_together(items, 3, 8, 132), 1);  // no even group of kv heads
-    return std::make_pair(kv_heads_together(items, 8, 8, 132), default_kv_heads_together(s, items, 8, 8, 132));
+    return std::make_pair(kv_heads_together(items, 8, 8, 132),
+                          lca_flex_flash::default_backward_blocks(s, 8, 8, 132, BwdPairing::kAuto).kv_heads_together);
   };
   using P = std::pair<int32_t, int32_t>;
   for (const int64_t seqlen : {4096, 16384, 32768}) EXPECT_EQ(together("global_sliding", seqlen), P(8, 8)) << seqlen;
   EXPECT_EQ(together("global_sliding", 65536), P(4, 4));
-  EXPECT_EQ(together("global_sliding", 131072), P(2, 2));
+  EXPECT_EQ(together("global_sliding", 131072), P(2, 1));
   for (const int64_t seqlen : {4096, 8192, 16384})
     EXPECT_EQ(together("block_causal_document", seqlen), P(8, 8)) << seqlen;
   EXPECT_EQ(together("block_causal_document", 32768), P(1, 1));
@@ -659,12 +661,11 @@ TEST(FlexSchedule, LongWalksAreSplitWhereTheyEndTheBackwardLate) {
     const auto slices = lca::test::question_then_documents(8192, 128, 1024);
     const lca_mask m{sizeof(lca_mask), 8192, 8192, static_cast<int64_t>(slices.size()), slices.data(), nullptr, 0, nullptr};
     const TileSchedule s = build_schedule(m, /*by_query=*/false, 128);
-    const auto items = backward_items(s, 8, 2, 132, BwdPairing::kAuto);
-    EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 2,
-                                                            lca_flex_flash::plain_walks(items)));
-    EXPECT_GT(split_long_walks(items, 8, 2, 132).size(), items.size());
-    EXPECT_TRUE(lca_flex_flash::local_walks(items));  // the documents' key tiles
-    EXPECT_EQ(items.front().flags, 0);                 // the question's, plain and first
+    const auto items = lca_flex_flash::default_backward_blocks(s, 8, 2, 132, BwdPairing::kAuto).items;
+    EXPECT_GT(items.size(), static_cast<size_t>(s.row_tiles));  // the question's walk in parts,
+    EXPECT_GE(items.front().slot, 0);                            // launched first,
+    EXPECT_EQ(items.front().flags, 0);
+    EXPECT_TRUE(lca_flex_flash::local_walks(items));             // the documents' key tiles local
   }
 
   // One long walk among many short ones on 16 SMs: split into about equal parts of at most its
@@ -698,9 +699,8 @@ TEST(FlexSchedule, LongWalksAreSplitWhereTheyEndTheBackwardLate) {
 // windows, global_sliding, full or block_sparse. Its blocks go out one kv head after another.
 TEST(FlexSchedule, ManyShortDocumentsTakeTheDocumentLocalOrder) {
   auto local_of = [](const std::string&, int64_t, const TileSchedule& s) {
-    const bool skip = lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 8, true);
-    const auto items = backward_items(s, 8, 8, 132, BwdPairing::kAuto, skip ? lca_flex_flash::BwdLocal::kOff : lca_flex_flash::BwdLocal::kAuto);
-    return lca_flex_flash::local_walks(items) && lca_flex_flash::kv_heads_together(items, 8, 8, 132) == 1;
+    const auto blocks = lca_flex_flash::default_backward_blocks(s, 8, 8, 132, BwdPairing::kAuto);
+    return lca_flex_flash::local_walks(blocks.items) && blocks.kv_heads_together == 1;
   };
   const std::set<std::string> documents = {"causal_document", "prefix_lm_document", "shared_question"};
   for_each_builtin(/*by_query=*/false, {16384, 65536, 131072, 262144}, [&](const std::string& name, int64_t seqlen, const TileSchedule& s) {

@@ -533,11 +533,12 @@ __global__ void __launch_bounds__(384, 1)
 // (the default kernel with one key tile a block, for A/B runs), "sm90_paired" (the default kernel
 // with no pair split: the tests' small problems take the two-tile path) or "mma" (the portable
 // mma.sync kernel); "sm90_skip" / "sm90_noskip": the default kernel with / without the idle skip
-// on every mask (kSkipIdle; the default skips where kIdleShareForSkip says); "sm90_rotate": the
-// kernel without the skip on every mask, its plain walks rotated as the skip kernel's are
-// (kRotate). Opt-in: on an H100 (NOTES v24) it keeps full's 64K backward in L2 (hit rate 91 ->
-// 98.8%) and runs full at 128K 6% faster, but sliding_window 1-6% and global_sliding at 64K-128K
-// 3-4% slower (its walkers count their iterations, and spill 32 bytes).
+// on every mask (kSkipIdle; the default skips where kIdleShareForSkip says; "sm90_noskip" rotates
+// no walk either); "sm90_rotate": the kernel without the skip on every mask, its plain walks
+// rotated as the skip kernel's are (kRotate), which the default does only for plain walks longer
+// than kPlainSkipWalkLimit (default_sm90_rotate_backward: full at 64K and beyond, block_sparse past
+// the skip kernel's limit); on shorter walks it loses (NOTES v24: sliding_window 1-6%,
+// global_sliding at 64K-128K 3-4%; its walkers count their iterations, and spill 32 bytes).
 inline const std::string& backward_variant() {
   static const std::string v =
       variant_env("LCA_FLEX_BACKWARD", "mma sm90 sm90_atomic sm90_unpaired sm90_paired sm90_skip sm90_noskip sm90_rotate");
@@ -572,7 +573,10 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
     const bool skip = v == "sm90_skip" ||
                       (v != "sm90_noskip" && v != "sm90_rotate" &&
                        default_sm90_skip_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks));
-    const bool rotate = skip || (v == "sm90_rotate" && p.sched.plain_walks);
+    const bool rotate =
+        skip || (p.sched.plain_walks &&
+                 (v == "sm90_rotate" ||
+                  (v != "sm90_noskip" && default_sm90_rotate_backward(p.sched.mean_tiles * p.group, true))));
     if (rotate)  // the places the rotated walks start from, zeroed a launch
       LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t) * p.heads_kv, stream));
     if (skip)

@@ -187,14 +187,29 @@ constexpr float kPlainSkipWalkLimit = 7000.f;
 constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, bool plain_walks) {
   return idle_share > kIdleShareForSkip && mean_walk <= (plain_walks ? kPlainSkipWalkLimit : kSkipWalkLimit);
 }
+// Plain walks longer than kPlainSkipWalkLimit on average rotate (kRotate) in the kernel without the
+// skip: each block starts where the running blocks of its kv head are, as the skip kernel's do.
+// With walks this long, blocks that start their walk from the beginning after the first wave read
+// query tiles that the running ones left long ago; at 64K full's backward read 188 GB from DRAM
+// (L2 hit rate 91%), rotated 21.6 GB (98.8%). Measured (H100, NOTES v24, rotated against not, in
+// turns): full -0.1 / +0.8 / +6.4% at 32K / 64K / 128K (walks of 4096 / 8192 / 16384 iterations),
+// block_sparse +2.5 / +4.3% at 80K / 128K; shorter walks lose (sliding_window -1 to -6%, its walks
+// of ~150 iterations), the kernel's walkers counting their iterations (32 bytes of spills). The
+// limit is the skip kernel's for plain walks: block_sparse's walks rotate at every length, in the
+// skip kernel up to 64K and in this one beyond.
+constexpr bool default_sm90_rotate_backward(double mean_walk, bool plain_walks) {
+  return plain_walks && mean_walk > kPlainSkipWalkLimit;
+}
 
 // The default order of the Hopper backward's blocks (LCA_FLEX_BWD_ORDER unset): kv_heads_together's
-// rule, but g = 1 for the skip kernel, whose rotated walks start where their kv head's running
-// blocks are: block_sparse lost 3 / 9% with all kv heads inner at 4K / 8K, where the simulation
-// promised +7 / +2% (H100, NOTES v24).
+// rule, but g = 1 where the walks rotate (the skip kernel's, and long plain walks), starting where
+// their kv head's running blocks are: block_sparse lost 3 / 9% with all kv heads inner at 4K / 8K,
+// where the simulation promised +7 / +2% (H100, NOTES v24).
 inline int32_t default_kv_heads_together(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t heads_kv,
                                          int32_t group, int32_t slots) {
-  if (default_sm90_skip_backward(idle_share(s), mean_tiles(s) * group, plain_walks(items))) return 1;
+  const double walk = mean_tiles(s) * group;
+  const bool plain = plain_walks(items);
+  if (default_sm90_skip_backward(idle_share(s), walk, plain) || default_sm90_rotate_backward(walk, plain)) return 1;
   return kv_heads_together(items, heads_kv, group, slots);
 }
 

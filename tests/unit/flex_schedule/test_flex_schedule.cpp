@@ -553,6 +553,28 @@ TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
   EXPECT_TRUE(lca_flex_flash::plain_walks(backward_items(s, 8, 8, 132, BwdPairing::kNone)));
 }
 
+// Past the skip kernel's limit for plain walks (kPlainSkipWalkLimit iterations), the default
+// rotates plain walks in the kernel without the skip (default_sm90_rotate_backward): full from 64K
+// (8192 iterations; 4096 at 32K stay as they are), block_sparse past 64K. Every other builtin mask
+// at 16K-128K has short walks, pairs (causal-like masks), split walks or the document-local order,
+// and none of those rotate; the default keeps one kv head after another where walks rotate.
+TEST(FlexSchedule, LongPlainWalksRotate) {
+  const std::set<std::pair<std::string, int64_t>> rotating = {
+      {"full", 65536}, {"full", 131072}, {"block_sparse", 131072}};
+  for_each_builtin(/*by_query=*/false, {16384, 32768, 65536, 131072}, [&](const std::string& name, int64_t seqlen,
+                                                                         const lca_flex_flash::TileSchedule& s) {
+    const auto b = lca_flex_flash::default_backward_blocks(s, 8, 8, 132, BwdPairing::kAuto);
+    const double walk = lca_flex_flash::mean_tiles(s) * 8;
+    const bool plain = lca_flex_flash::plain_walks(b.items);
+    const bool rotates = lca_flex_flash::default_sm90_rotate_backward(walk, plain);
+    EXPECT_EQ(rotates, rotating.count({name, seqlen}) == 1) << name << " " << seqlen << ": walk " << walk;
+    if (rotates) {
+      EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, plain)) << name;
+      EXPECT_EQ(b.kv_heads_together, 1) << name << " " << seqlen;
+    }
+  });
+}
+
 // The backward's blocks go out with kv heads together where one kv head after another would leave
 // long items to start late, as many together as their walks allow: global_sliding (its key tiles
 // of global keys walk 2052 iterations against 532 at 16K; simulated 0.83 -> 0.97 of the work's

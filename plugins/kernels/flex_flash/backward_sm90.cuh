@@ -570,21 +570,18 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   } else {
     maps.dq = make_dq_accum_map(p.dq_accum, D, p.heads_q, p.seqlen_q, kTile);
     const std::string& v = backward_variant();
-    const bool skip = v == "sm90_skip" ||
-                      (v != "sm90_noskip" && v != "sm90_rotate" &&
-                       default_sm90_skip_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks));
-    const bool rotate =
-        skip || (p.sched.plain_walks &&
-                 (v == "sm90_rotate" ||
-                  (v != "sm90_noskip" && default_sm90_rotate_backward(p.sched.mean_tiles * p.group, true))));
-    if (rotate)  // the places the rotated walks start from, zeroed a launch
+    const Sm90Backward kernel =
+        v == "sm90_skip"     ? Sm90Backward::skip
+        : v == "sm90_noskip" ? Sm90Backward::noskip
+        : v == "sm90_rotate" ? (p.sched.plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip)
+                             : default_sm90_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks);
+    if (kernel != Sm90Backward::noskip)  // the places the rotated walks start from, zeroed a launch
       LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t) * p.heads_kv, stream));
-    if (skip)
-      launch_backward_sm90_variant<T, D, true, true>(p, maps, stream);
-    else if (rotate)
-      launch_backward_sm90_variant<T, D, true, false, true>(p, maps, stream);
-    else
-      launch_backward_sm90_variant<T, D, true, false>(p, maps, stream);
+    switch (kernel) {
+      case Sm90Backward::skip: return launch_backward_sm90_variant<T, D, true, true>(p, maps, stream);
+      case Sm90Backward::rotate: return launch_backward_sm90_variant<T, D, true, false, true>(p, maps, stream);
+      case Sm90Backward::noskip: return launch_backward_sm90_variant<T, D, true, false>(p, maps, stream);
+    }
   }
 }
 

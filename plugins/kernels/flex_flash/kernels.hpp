@@ -200,6 +200,16 @@ constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, b
 constexpr bool default_sm90_rotate_backward(double mean_walk, bool plain_walks) {
   return plain_walks && mean_walk > kPlainSkipWalkLimit;
 }
+// The default Hopper backward kernel (LCA_FLEX_BACKWARD unset), from the backward schedule: the
+// skip kernel (its plain walks rotated), the kernel without the skip with rotated plain walks, or
+// the kernel without either. The two conditions never hold together (plain walks: at most / over
+// kPlainSkipWalkLimit; other walks never rotate).
+enum class Sm90Backward { noskip, rotate, skip };
+constexpr Sm90Backward default_sm90_backward(double idle_share, double mean_walk, bool plain_walks) {
+  if (default_sm90_skip_backward(idle_share, mean_walk, plain_walks)) return Sm90Backward::skip;
+  if (default_sm90_rotate_backward(mean_walk, plain_walks)) return Sm90Backward::rotate;
+  return Sm90Backward::noskip;
+}
 
 // The default order of the Hopper backward's blocks (LCA_FLEX_BWD_ORDER unset): kv_heads_together's
 // rule, but g = 1 where the walks rotate (the skip kernel's, and long plain walks), starting where
@@ -207,9 +217,7 @@ constexpr bool default_sm90_rotate_backward(double mean_walk, bool plain_walks) 
 // where the simulation promised +7 / +2% (H100, NOTES v24).
 inline int32_t default_kv_heads_together(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t heads_kv,
                                          int32_t group, int32_t slots) {
-  const double walk = mean_tiles(s) * group;
-  const bool plain = plain_walks(items);
-  if (default_sm90_skip_backward(idle_share(s), walk, plain) || default_sm90_rotate_backward(walk, plain)) return 1;
+  if (default_sm90_backward(idle_share(s), mean_tiles(s) * group, plain_walks(items)) != Sm90Backward::noskip) return 1;
   return kv_heads_together(items, heads_kv, group, slots);
 }
 

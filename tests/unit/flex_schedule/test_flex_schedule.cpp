@@ -566,7 +566,10 @@ TEST(FlexSchedule, LongPlainWalksRotate) {
     const auto b = lca_flex_flash::default_backward_blocks(s, 8, 8, 132, BwdPairing::kAuto);
     const double walk = lca_flex_flash::mean_tiles(s) * 8;
     const bool plain = lca_flex_flash::plain_walks(b.items);
-    const bool rotates = lca_flex_flash::default_sm90_rotate_backward(walk, plain);
+    // The launcher's choice (backward_sm90.cuh) and its rotation rule agree.
+    const bool rotates = lca_flex_flash::default_sm90_backward(lca_flex_flash::idle_share(s), walk, plain) ==
+                         lca_flex_flash::Sm90Backward::rotate;
+    EXPECT_EQ(rotates, lca_flex_flash::default_sm90_rotate_backward(walk, plain)) << name << " " << seqlen;
     EXPECT_EQ(rotates, rotating.count({name, seqlen}) == 1) << name << " " << seqlen << ": walk " << walk;
     if (rotates) {
       EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, plain)) << name;

@@ -2,13 +2,14 @@
 """A/B of flex_flash kernel variants on one GPU. A variant is read once per process (the
 LCA_FLEX_* environment variables), so two variants cannot share an lcahost run; instead each run
 times flex_flash beside cudnn_sdpa on the same inputs (--kernels flex_flash: alone), the
-variants take turns for --rounds rounds (drift of the machine falls on all of them alike), and a
+variants take turns for --rounds rounds, in the reverse order every other round (so that a drift of
+the machine falls on all of them alike; an even number of rounds), and a
 variant is scored by flex_flash's throughput over cudnn_sdpa's in its own run (where cudnn_sdpa
 runs the cell), else by flex_flash's throughput against the first variant's. Usage:
   tools/dev/ab_variants.py --lcahost build-gpu/bin/lcahost --plugins build-gpu/plugins \\
       --matrix FILE.json --out DIR [--rounds 2] [--no-check] [--kernels flex_flash] VAR=VALUE [VAR=VALUE ...]
 A variant plugins=DIR runs the plugins built in DIR (two trees side by side) with the environment
-as it is.
+as it is; two trees are better compared as two kernels of one run (tools/dev/ab_same_run.sh).
 Prints one line per cell and variant, then `best: VAR=VALUE` (the highest geometric mean).
 The matrices in tools/dev/matrices warm up for 300 ms a cell (warmup_ms): on an H100 at its power
 limit, a variant timed at boost clocks against one timed throttled differs by up to 12% for no
@@ -61,7 +62,10 @@ def main():
     # scores[variant][cell] = list over rounds of (flex tflops, flex / cudnn or None)
     scores = {v: {} for v in args.variants}
     for rnd in range(args.rounds):
-        for v in args.variants:
+        # Odd rounds go in the reverse order (A B, B A, ...): with the same order each round, a drift
+        # of the GPU over the run fell on the later variants (NOTES v27: -3 to -7% on cells a change
+        # could not touch).
+        for v in args.variants if rnd % 2 == 0 else list(reversed(args.variants)):
             for cell, k in run(args, v, rnd).items():
                 if "flex_flash" in k:
                     ratio = k["flex_flash"] / k["cudnn_sdpa"] if "cudnn_sdpa" in k else None

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Per cell, each kernel's TFLOP/s over the first kernel's, from lcahost result files of one or more
+runs (rounds: the median of each kernel's TFLOP/s over them), and the geomean per kernel. For A/B
+runs where both versions are kernels of the same run (tools/dev/ab_same_run.sh).
+Usage: kernel_ratio.py --base flex_flash_base R1.jsonl [R2.jsonl ...]"""
+import argparse
+import json
+import math
+import statistics
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", required=True, help="the kernel the others are divided by")
+    ap.add_argument("results", nargs="+")
+    args = ap.parse_args()
+    cells = {}  # (mask, seqlen, pass) -> kernel -> [tflops]
+    for path in args.results:
+        for line in open(path):
+            r = json.loads(line)
+            if r.get("status") != "ok" or not r.get("tflops"):
+                continue
+            key = (r["mask"], int(r["seqlen"]), r["pass"])
+            cells.setdefault(key, {}).setdefault(r["kernel"], []).append(float(r["tflops"]))
+    kernels = sorted({k for c in cells.values() for k in c if k != args.base})
+    logs = {k: [] for k in kernels}
+    print(f"{'mask':26} {'seqlen':>6} pass {args.base:>16} " + " ".join(f"{k:>16}" for k in kernels))
+    for key in sorted(cells):
+        c = cells[key]
+        if args.base not in c:
+            continue
+        base = statistics.median(c[args.base])
+        row = []
+        for k in kernels:
+            if k in c:
+                ratio = statistics.median(c[k]) / base
+                logs[k].append(math.log(ratio))
+                row.append(f"{statistics.median(c[k]):8.1f} {ratio:6.3f} ")
+            else:
+                row.append(f"{'-':>16}")
+        print(f"{key[0]:26} {key[1]:6} {key[2]:4} {base:16.1f} " + " ".join(row))
+    for k in kernels:
+        if logs[k]:
+            print(f"geomean {k} / {args.base}: {math.exp(sum(logs[k]) / len(logs[k])):.3f} over {len(logs[k])} cells")
+
+
+if __name__ == "__main__":
+    main()

@@ -260,6 +260,15 @@ __global__ void __launch_bounds__(256) prepare_kernel(const BwdParams p) {
   if (col == 0) p.delta[int64_t{h} * p.seqlen_q + row] = sum;
 }
 
+// Eight fp32 values from src (32-byte aligned) times scale, as eight T: one lane's piece of a row in
+// the passes that convert the fp32 accumulators (dq_kernel, kv_kernel).
+template <class T>
+__device__ __forceinline__ uint4 pack8(const float* src, float scale) {
+  const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+  return make_uint4(Mma<T>::pack(a.x * scale, a.y * scale), Mma<T>::pack(a.z * scale, a.w * scale),
+                    Mma<T>::pack(b.x * scale, b.y * scale), Mma<T>::pack(b.z * scale, b.w * scale));
+}
+
 // dQ = scale * accumulator, in the output dtype.
 template <class T, int D>
 __global__ void __launch_bounds__(256) dq_kernel(const BwdParams p) {
@@ -269,11 +278,8 @@ __global__ void __launch_bounds__(256) dq_kernel(const BwdParams p) {
   uint32_t row, h;
   R::row_head(pair, p.heads_q, row, h);
   const int col = R::col();
-  const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + int64_t{pair} * D + col);
-  const float4 a = acc[0], b = acc[1];
-  const uint4 out = make_uint4(Mma<T>::pack(a.x * p.scale, a.y * p.scale), Mma<T>::pack(a.z * p.scale, a.w * p.scale),
-                               Mma<T>::pack(b.x * p.scale, b.y * p.scale), Mma<T>::pack(b.z * p.scale, b.w * p.scale));
-  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row * p.dq_tok + h * p.dq_head + col) = out;
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row * p.dq_tok + h * p.dq_head + col) =
+      pack8<T>(p.dq_accum + int64_t{pair} * D + col, p.scale);
 }
 
 // dK and dV of the split tiles (split_long_walks) from their fp32 accumulators, in the output dtype
@@ -288,14 +294,10 @@ __global__ void __launch_bounds__(256) kv_kernel(const BwdParams p) {
   const int64_t key = int64_t{p.split_tiles[slot]} * kBwdKeys + key_in;
   if (key >= p.seqlen_k) return;
   const int col = R::col();
-  auto convert = [](const float* src) {
-    const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
-    return make_uint4(Mma<T>::pack(a.x, a.y), Mma<T>::pack(a.z, a.w), Mma<T>::pack(b.x, b.y), Mma<T>::pack(b.z, b.w));
-  };
   const float* dk = p.dkv_accum + int64_t{pair} * D + col;
-  *reinterpret_cast<uint4*>(static_cast<T*>(p.dk) + key * p.dk_tok + hk * p.dk_head + col) = convert(dk);
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dk) + key * p.dk_tok + hk * p.dk_head + col) = pack8<T>(dk, 1.f);
   *reinterpret_cast<uint4*>(static_cast<T*>(p.dv) + key * p.dv_tok + hk * p.dv_head + col) =
-      convert(dk + dkv_accum_floats(p.split_count, p.heads_kv, D));
+      pack8<T>(dk + dkv_accum_floats(p.split_count, p.heads_kv, D), 1.f);
 }
 
 template <class T, int D>

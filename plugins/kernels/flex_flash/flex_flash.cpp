@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <future>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace lca_flex_flash {
@@ -141,17 +140,14 @@ class FlexFlash final : public lca::IKernel {
     LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     struct Bwd {
       TileSchedule sched;
-      std::vector<BwdItem> items;
+      BackwardBlocks blocks;
       std::vector<int32_t> split_tiles;  // the split key tiles by slot (place_split_walks)
-      int32_t kv_heads_together = 1;
     };
     auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, split, local, sms] {
-      Bwd b{build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, bwd_speedup), {}};
+      Bwd b{build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, bwd_speedup), {}, {}};
       const int32_t group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
-      BackwardBlocks blocks = default_backward_blocks(b.sched, heads_kv, group, sms, pairing, local, split, together);
-      b.items = std::move(blocks.items);
-      b.kv_heads_together = blocks.kv_heads_together;
-      b.split_tiles = place_split_walks(b.sched, b.items);  // the parts' own row tiles, if any
+      b.blocks = default_backward_blocks(b.sched, heads_kv, group, sms, pairing, local, split, together);
+      b.split_tiles = place_split_walks(b.sched, b.blocks.items);  // the parts' own row tiles, if any
       return b;
     });
     TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
@@ -161,8 +157,8 @@ class FlexFlash final : public lca::IKernel {
     plan->fwd = upload(fwd, exec);
     plan->fwd.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");
     const Bwd b = bwd.get();
-    plan->bwd = upload(b.sched, exec, b.items);
-    plan->bwd.kv_heads_together = b.kv_heads_together;
+    plan->bwd = upload(b.sched, exec, b.blocks.items);
+    plan->bwd.kv_heads_together = b.blocks.kv_heads_together;
     plan->bwd.counter =
         upload(std::vector<int32_t>(static_cast<size_t>(pr.heads_kv), 0), exec, "the rotated backward walks' places");
     plan->split_count = static_cast<int32_t>(b.split_tiles.size());

@@ -234,15 +234,15 @@ struct BackwardBlocks {
 inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,
                                               BwdPairing pairing, BwdLocal local = BwdLocal::kAuto,
                                               BwdSplit split = BwdSplit::kAuto, int32_t together = 0) {
-  const double walk = mean_tiles(s) * group;
-  const bool skip_possible = default_sm90_skip_backward(idle_share(s), walk, /*plain_walks=*/true);
+  const double idle = idle_share(s), walk = mean_tiles(s) * group;
+  const bool skip_possible = default_sm90_skip_backward(idle, walk, /*plain_walks=*/true);
   BackwardBlocks b;
   b.items = backward_items(s, heads_kv, group, slots, pairing,
                            local == BwdLocal::kAuto && skip_possible ? BwdLocal::kOff : local);
   if (s.tile_rows == kBwdKeys) {
     if (split == BwdSplit::kAll)
       b.items = split_items(b.items, group, 0, kForcedSplitParts);
-    else if (split == BwdSplit::kAuto && !default_sm90_skip_backward(idle_share(s), walk, plain_walks(b.items)))
+    else if (split == BwdSplit::kAuto && !default_sm90_skip_backward(idle, walk, plain_walks(b.items)))
       b.items = split_long_walks(b.items, heads_kv, group, slots);
   }
   b.kv_heads_together = together > 0 ? together : default_kv_heads_together(s, b.items, heads_kv, group, slots);

@@ -112,6 +112,7 @@ void apply_run_options(const Options& opt, core::MatrixSpec& spec) {
   if (opt.warmup >= 0) spec.warmup = opt.warmup;
   if (opt.warmup_ms >= 0) spec.warmup_ms = opt.warmup_ms;
   if (opt.repeats > 0) spec.repeats = opt.repeats;
+  if (opt.repeat_ms >= 0) spec.repeat_ms = opt.repeat_ms;
 }
 
 int cmd_list(const Options& opt) {
@@ -208,6 +209,7 @@ int cmd_run(const Options& opt) {
     if (o.warmup >= 0) so.child_argv.insert(so.child_argv.end(), {"--warmup", std::to_string(o.warmup)});
     if (o.warmup_ms >= 0) so.child_argv.insert(so.child_argv.end(), {"--warmup-ms", std::to_string(o.warmup_ms)});
     if (o.repeats > 0) so.child_argv.insert(so.child_argv.end(), {"--repeats", std::to_string(o.repeats)});
+    if (o.repeat_ms >= 0) so.child_argv.insert(so.child_argv.end(), {"--repeat-ms", std::to_string(o.repeat_ms)});
     so.child_argv.push_back("run-cell");
   }
   const auto summary = core::run_session(reg, masks, spec, devices.map(), devices.host, so, std::cout);

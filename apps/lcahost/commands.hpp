@@ -28,6 +28,7 @@ struct Options {
   int warmup = -1;   // -1: the matrix's own
   double warmup_ms = -1;  // -1: the matrix's own
   int repeats = 0;   // 0: the matrix's own
+  double repeat_ms = -1;  // -1: the matrix's own
   std::vector<std::string> kernels;
   std::vector<std::string> masks;
   // cp

@@ -95,9 +95,9 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   if (!doc.is_object()) bad(source, "(top level)", "must be a JSON object");
   static const std::set<std::string> known = {
       "name", "description", "kernels", "exclude_kernels", "masks", "seqlens", "heads", "head_dims", "dtypes",
-      "passes", "warmup", "warmup_ms", "repeats", "seed", "check", "cell_timeout_s"};
+      "passes", "warmup", "warmup_ms", "repeats", "repeat_ms", "seed", "check", "cell_timeout_s"};
   for (const auto& [key, value] : doc.items())
-    if (!known.count(key)) bad(source, key, "is not a known field (known: kernels, exclude_kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, warmup_ms, repeats, seed, check, cell_timeout_s)");
+    if (!known.count(key)) bad(source, key, "is not a known field (known: kernels, exclude_kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, warmup_ms, repeats, repeat_ms, seed, check, cell_timeout_s)");
 
   MatrixSpec s;
   s.source = source;
@@ -157,6 +157,8 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   s.warmup_ms = scalar_of<double>(doc, "warmup_ms", source, 0.0);
   if (!(s.warmup_ms >= 0 && s.warmup_ms <= 600000)) bad(source, "warmup_ms", "must be between 0 and 600000 (ms)");
   if (s.repeats < 1) bad(source, "repeats", "must be >= 1");
+  s.repeat_ms = scalar_of<double>(doc, "repeat_ms", source, 0.0);
+  if (!(s.repeat_ms >= 0 && s.repeat_ms <= 600000)) bad(source, "repeat_ms", "must be between 0 and 600000 (ms)");
   s.seed = scalar_of<uint64_t>(doc, "seed", source, 42);
   s.check = scalar_of<bool>(doc, "check", source, true);
   s.cell_timeout_s = scalar_of<double>(doc, "cell_timeout_s", source, 0.0);
@@ -203,7 +205,7 @@ MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path
 nlohmann::json matrix_record(const MatrixSpec& spec) {
   return {{"name", spec.name},       {"source", spec.source.string()},
           {"warmup", spec.warmup},   {"warmup_ms", spec.warmup_ms},
-          {"repeats", spec.repeats}, {"seed", spec.seed},
+          {"repeats", spec.repeats}, {"repeat_ms", spec.repeat_ms}, {"seed", spec.seed},
           {"check", spec.check}};
 }
 

@@ -33,11 +33,16 @@ struct MatrixSpec {
   std::vector<std::string> passes;     // "fwd", "bwd"
   int warmup = 1;
   // Warm-up goes on past `warmup` calls until this much wall time has passed (0: by count only).
-  // An H100 runs attention at its power limit; its clocks settle some 50-100 ms into a stretch of
-  // calls, so a cell shorter than that is timed at boost clocks and a long one after they fell
-  // (docs/DESIGN.md, Measurements).
+  // An H100 runs attention at its power limit; its clock falls within ~0.1 s of a stretch of calls
+  // and dips ~0.8-1 s in, when the power limiter catches up, so a cell timed before that is timed
+  // on another machine in effect (docs/DESIGN.md, Measurements).
   double warmup_ms = 0;
   int repeats = 3;
+  // Timed calls go on past `repeats` until this much wall time has passed (0: by count only), at
+  // most kMaxTimedCalls (runner.hpp): at its power limit an H100's SM clock swings by ~20% over about a second,
+  // so a median of calls that span less than that depends on where in the swing they fell
+  // (docs/DESIGN.md, Measurements).
+  double repeat_ms = 0;
   uint64_t seed = 42;
   bool check = true;
   double cell_timeout_s = 0;           // 0 = none (used with --isolate)

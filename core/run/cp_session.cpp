@@ -352,16 +352,21 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                     comm_clock.take_ms();
                     kernel_clock.take_ms();
                     std::vector<double> my_ms, my_comm, my_kernel;
-                    for (int i = 0; i < spec.repeats; ++i) {
-                      be.flush_caches();
-                      world.barrier(be.stream());
-                      const double ms = be.time_ms(call);
-                      be.synchronize();
-                      my_ms.push_back(ms);
-                      my_comm.push_back(comm_clock.take_ms());
-                      my_kernel.push_back(kernel_clock.take_ms());
-                      r.times_ms.push_back(reduce(control, ms, LCA_REDUCE_MAX));  // a step ends with the slowest rank
-                    }
+                    // Timed calls, past spec.repeats while any rank has less than spec.repeat_ms
+                    // behind it (the ranks agree, as in the warm-up).
+                    time_calls(
+                        [&] {
+                          be.flush_caches();
+                          world.barrier(be.stream());
+                          const double ms = be.time_ms(call);
+                          be.synchronize();
+                          my_ms.push_back(ms);
+                          my_comm.push_back(comm_clock.take_ms());
+                          my_kernel.push_back(kernel_clock.take_ms());
+                          r.times_ms.push_back(reduce(control, ms, LCA_REDUCE_MAX));  // a step ends with the slowest rank
+                        },
+                        spec.repeats, spec.repeat_ms,
+                        [&](bool more) { return reduce(control, more ? 1.0 : 0.0, LCA_REDUCE_MAX) != 0.0; });
                     const double my_peak = static_cast<double>(be.peak_bytes() - before);
                     r.total_peak_bytes = static_cast<size_t>(reduce(control, my_peak, LCA_REDUCE_MAX));
                     std::vector<double> sorted = r.times_ms;

@@ -103,11 +103,29 @@ int warm_up(Backend& be, const std::function<void()>& call, int count, double mi
   return calls;
 }
 
+int time_calls(const std::function<void()>& timed, int count, double min_ms,
+               const std::function<bool(bool)>& agree) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  int calls = 0;
+  for (; calls < count; ++calls) timed();
+  if (min_ms <= 0) return calls;
+  for (;; ++calls) {
+    const bool more = calls < kMaxTimedCalls && elapsed_ms() < min_ms;
+    if (!(agree ? agree(more) : more)) break;
+    timed();
+  }
+  return calls;
+}
+
 RunnerOptions runner_options(const MatrixSpec& spec) {
   RunnerOptions o;
   o.warmup = spec.warmup;
   o.warmup_ms = spec.warmup_ms;
   o.repeats = spec.repeats;
+  o.repeat_ms = spec.repeat_ms;
   o.seed = spec.seed;
   o.check = spec.check;
   return o;
@@ -333,10 +351,12 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
     check_status(s, *k, bwd ? "backward" : "forward");
   };
   r.warmup_calls = warm_up(be, call, options_.warmup, options_.warmup_ms);
-  for (int i = 0; i < options_.repeats; ++i) {
-    be.flush_caches();
-    r.times_ms.push_back(be.time_ms(call));
-  }
+  time_calls(
+      [&] {
+        be.flush_caches();
+        r.times_ms.push_back(be.time_ms(call));
+      },
+      options_.repeats, options_.repeat_ms);
   be.synchronize();
   r.plan_info = read_plan_info(*k, plan);
   r.total_peak_bytes = be.peak_bytes() - before;

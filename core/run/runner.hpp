@@ -59,6 +59,7 @@ struct RunnerOptions {
   int warmup = 1;
   double warmup_ms = 0;  // MatrixSpec::warmup_ms
   int repeats = 3;
+  double repeat_ms = 0;  // MatrixSpec::repeat_ms
   uint64_t seed = 42;
   bool check = true;
   int threads = 0;                 // CPU kernels: 0 = their choice
@@ -76,6 +77,16 @@ RunnerOptions runner_options(const MatrixSpec& spec);
 // rank must make the same calls. Returns the calls made.
 int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms,
             const std::function<bool(bool)>& agree = {});
+
+// The most timed calls that MatrixSpec::repeat_ms adds past the counted ones (a cell of short calls
+// then spans less than repeat_ms; such cells draw little power anyway).
+constexpr int kMaxTimedCalls = 1000;
+
+// A cell's timed calls: `count` of them, then more until `min_ms` of wall time has passed since the
+// first (MatrixSpec::repeat_ms), up to kMaxTimedCalls in all. timed: one timed call, waited for.
+// agree: as warm_up's. Returns the calls made.
+int time_calls(const std::function<void()>& timed, int count, double min_ms,
+               const std::function<bool(bool)>& agree = {});
 
 class Runner {
  public:

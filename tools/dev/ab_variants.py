@@ -11,7 +11,8 @@ runs the cell), else by flex_flash's throughput against the first variant's. Usa
 A variant plugins=DIR runs the plugins built in DIR (two trees side by side) with the environment
 as it is; two trees are better compared as two kernels of one run (tools/dev/ab_same_run.sh).
 Prints one line per cell and variant, then `best: VAR=VALUE` (the highest geometric mean).
-The matrices in tools/dev/matrices warm up for 300 ms a cell (warmup_ms): on an H100 at its power
+The matrices in tools/dev/matrices warm up for 1500 ms a cell (warmup_ms) and time calls for at
+least 1000 ms (repeat_ms; docs/DESIGN.md, Measurements): on an H100 at its power
 limit, a variant timed at boost clocks against one timed throttled differs by up to 12% for no
 reason of its own (docs/kernels/NOTES.md v22)."""
 import argparse

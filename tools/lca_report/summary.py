@@ -81,6 +81,8 @@ def _matrix(m):
     for k in ("repeats", "seed"):
         if k in m:
             parts.append(f"{k} {m[k]}")
+            if k == "repeats" and m.get("repeat_ms"):
+                parts.append(f"and {m['repeat_ms']:g} ms")
     if "check" in m:
         parts.append("checked" if m["check"] else "not checked")
     return ", ".join(parts)

@@ -47,6 +47,7 @@ TEST(MatrixSpec, Defaults) {
   EXPECT_EQ(s.warmup, 1);
   EXPECT_EQ(s.warmup_ms, 0.0);
   EXPECT_EQ(s.repeats, 3);
+  EXPECT_EQ(s.repeat_ms, 0.0);
   EXPECT_EQ(s.seed, 42u);
   EXPECT_TRUE(s.check);
   ASSERT_EQ(s.heads.size(), 1u);
@@ -127,6 +128,9 @@ TEST(MatrixSpec, OtherBadFields) {
   EXPECT_HAS(refusal(with("warmup_ms", -5)), "'warmup_ms'");
   EXPECT_HAS(refusal(with("warmup_ms", 1e9)), "'warmup_ms'");
   EXPECT_EQ(parse(with("warmup_ms", 250)).warmup_ms, 250.0);
+  EXPECT_HAS(refusal(with("repeat_ms", -1)), "'repeat_ms'");
+  EXPECT_HAS(refusal(with("repeat_ms", 1e9)), "'repeat_ms'");
+  EXPECT_EQ(parse(with("repeat_ms", 1000)).repeat_ms, 1000.0);
   EXPECT_HAS(refusal(with("masks", {1, 2})), "'masks'");
   json d = minimal();
   d.erase("masks");
@@ -140,7 +144,7 @@ TEST(MatrixSpec, OtherBadFields) {
 // A scalar of the wrong type is refused with the file and the field, not a bare JSON error.
 TEST(MatrixSpec, ScalarOfTheWrongTypeNamesTheField) {
   for (const auto& [field, value] : std::vector<std::pair<const char*, json>>{
-           {"warmup", "3"}, {"warmup_ms", "200"}, {"repeats", "many"}, {"check", "yes"}, {"name", 5}, {"cell_timeout_s", "2"}, {"seed", "x"}}) {
+           {"warmup", "3"}, {"warmup_ms", "200"}, {"repeats", "many"}, {"repeat_ms", "1s"}, {"check", "yes"}, {"name", 5}, {"cell_timeout_s", "2"}, {"seed", "x"}}) {
     const std::string m = refusal(with(field, value));
     EXPECT_HAS(m, "'" + std::string(field) + "'");
   }

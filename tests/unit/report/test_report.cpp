@@ -164,7 +164,7 @@ TEST_F(Report, FromARealCpuRun) {
   folder.with_masks().with_reference();
   write_text(dir_ / "tiny.json", R"({"kernels": ["cpu_reference"], "masks": ["full", "causal"], "seqlens": [64],
     "heads": ["2:1"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd", "bwd"], "warmup": 0, "warmup_ms": 5,
-    "repeats": 2})");
+    "repeats": 2, "repeat_ms": 3})");
   const auto run = run_lcahost(folder.path(), {"--threads", "1", "--matrix", (dir_ / "tiny.json").string(),
                                                "--out", (dir_ / "real.jsonl").string()});
   ASSERT_EQ(run.exit_code, 0) << describe(run);
@@ -181,7 +181,7 @@ TEST_F(Report, FromARealCpuRun) {
     expect_png(dir_ / "real" / png);
   const std::string md = read_text(dir_ / "real" / "summary.md");
   EXPECT_HAS(section(md, "Capabilities"), "| cpu_reference | 0.1.0 | cpu |");
-  EXPECT_HAS(section(md, "Environment"), "warmup 0, and 5 ms, repeats 2");
+  EXPECT_HAS(section(md, "Environment"), "warmup 0, and 5 ms, repeats 2, and 3 ms");
   EXPECT_HAS(section(md, "Failures"), "None");
   EXPECT_HAS(section(md, "Best kernel per mask and length"), "| causal | 64 | **cpu_reference**");
 }

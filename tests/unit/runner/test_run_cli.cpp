@@ -1,5 +1,6 @@
 // The same runs as a user starts them: lcahost --matrix FILE --out/--resume/--dry-run, with the
 // exit status the shell sees (0 healthy, 3 when a cell FAILed, 2 for a bad command line).
+#include "core/run/runner.hpp"
 #include "run_support.hpp"
 #include "subprocess.hpp"
 
@@ -88,6 +89,35 @@ TEST_F(RunCli, WarmupMsWarmsUpForAtLeastThatLong) {
   const auto bad = lcahost({"--matrix", (work_ / "tiny.json").string(), "--warmup-ms", "-1", "--dry-run"});
   EXPECT_EQ(bad.exit_code, 2) << describe(bad);
   EXPECT_NE(bad.err.find("--warmup-ms"), std::string::npos) << bad.err;
+}
+
+// --repeat-ms: the timed calls go on past --repeats until that much time has passed, so that a
+// median spans a GPU's clock swings; each cell keeps every timed call, the run record says what
+// was asked, and without it the count alone decides.
+TEST_F(RunCli, RepeatMsTimesForAtLeastThatLong) {
+  const auto out = work_ / "long.jsonl";
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "fx_good", "--warmup", "0",
+                          "--repeats", "2", "--repeat-ms", "40", "--no-check", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.runs.size(), 1u);
+  EXPECT_EQ(rec.runs[0]["matrix"]["repeat_ms"], 40.0);
+  int timed = 0;
+  for (const auto& c : rec.cells)
+    if (c["status"] == "ok") {
+      ++timed;
+      const auto& all = c["time_ms"]["all"];
+      // fx_good's call takes far less than 40 ms: many more than the two counted ones, until 40 ms
+      // have passed or the cap is reached.
+      const size_t cap = lca::core::kMaxTimedCalls;
+      EXPECT_GT(all.size(), 2u) << c.dump();
+      EXPECT_LE(all.size(), cap) << c.dump();
+      EXPECT_TRUE(c["seconds"].get<double>() >= 0.040 || all.size() == cap) << c.dump();
+    }
+  EXPECT_GT(timed, 0);
+  const auto bad = lcahost({"--matrix", (work_ / "tiny.json").string(), "--repeat-ms", "-1", "--dry-run"});
+  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
+  EXPECT_NE(bad.err.find("--repeat-ms"), std::string::npos) << bad.err;
 }
 
 TEST_F(RunCli, ResumeAppendsOnlyTheRest) {

@@ -39,9 +39,9 @@ struct MatrixSpec {
   double warmup_ms = 0;
   int repeats = 3;
   // Timed calls go on past `repeats` until this much wall time has passed (0: by count only), at
-  // most kMaxTimedCalls (runner.hpp): at its power limit an H100's SM clock swings by ~20% over about a second,
-  // so a median of calls that span less than that depends on where in the swing they fell
-  // (docs/DESIGN.md, Measurements).
+  // most kMaxTimedCalls (runner.hpp): at its power limit an H100's SM clock swings by ~20% over
+  // about a second, so a median of calls that span less than that depends on where in the swing
+  // they fell (docs/DESIGN.md, Measurements).
   double repeat_ms = 0;
   uint64_t seed = 42;
   bool check = true;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 
 namespace lca::core {
@@ -82,42 +83,41 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Calls of one() past the `calls` already made, for as long as this process wants more (fewer than
+// `cap` calls in all and less than min_ms since t0) and agree (CP ranks: whether any rank does)
+// says so. Nothing when min_ms is 0, where ranks agree without asking. Returns the calls in all.
+int calls_by_time(const std::function<void()>& one, int calls, std::chrono::steady_clock::time_point t0,
+                  double min_ms, int cap, const std::function<bool(bool)>& agree) {
+  if (min_ms <= 0) return calls;
+  for (;; ++calls) {
+    const double elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const bool more = calls < cap && elapsed_ms < min_ms;
+    if (!(agree ? agree(more) : more)) break;
+    one();
+  }
+  return calls;
+}
+
 }  // namespace
 
 int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms,
             const std::function<bool(bool)>& agree) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto elapsed_ms = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  int calls = 0;
-  for (; calls < count; ++calls) call();
+  for (int i = 0; i < count; ++i) call();
   be.synchronize();
-  if (min_ms <= 0) return calls;
-  for (;; ++calls) {
-    const bool more = elapsed_ms() < min_ms;
-    if (!(agree ? agree(more) : more)) break;
-    call();
-    be.synchronize();
-  }
-  return calls;
+  return calls_by_time(
+      [&] {
+        call();
+        be.synchronize();
+      },
+      count, t0, min_ms, std::numeric_limits<int>::max(), agree);
 }
 
 int time_calls(const std::function<void()>& timed, int count, double min_ms,
                const std::function<bool(bool)>& agree) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto elapsed_ms = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  int calls = 0;
-  for (; calls < count; ++calls) timed();
-  if (min_ms <= 0) return calls;
-  for (;; ++calls) {
-    const bool more = calls < kMaxTimedCalls && elapsed_ms() < min_ms;
-    if (!(agree ? agree(more) : more)) break;
-    timed();
-  }
-  return calls;
+  for (int i = 0; i < count; ++i) timed();
+  return calls_by_time(timed, count, t0, min_ms, kMaxTimedCalls, agree);
 }
 
 RunnerOptions runner_options(const MatrixSpec& spec) {

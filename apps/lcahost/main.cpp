@@ -1,11 +1,13 @@
 // lcahost: the command line. Thin by design: parsing, then a call into core/.
 #include "commands.hpp"
+#include "core/run/runner.hpp"
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 int main(int argc, char** argv) {
   lca::app::Options opt;
@@ -35,8 +37,10 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", opt.repeats, "Timed calls whose median is reported (default: the matrix's)")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--repeat-ms", opt.repeat_ms,
-                 "Time calls for at least this many ms (after --repeats calls, at most 1000 calls), so that the median "
-                 "spans the GPU's clock swings at its power limit (default: the matrix's)")
+                 "Time calls for at least this many ms (after --repeats calls, at most " +
+                     std::to_string(lca::core::kMaxTimedCalls) +
+                     " calls), so that the median spans the GPU's clock swings at its power limit (default: the "
+                     "matrix's)")
       ->check(CLI::Range(0.0, 600000.0));
   app.add_option("--kernels", opt.kernels, "Only these kernels (comma separated)")->delimiter(',');
   app.add_option("--masks", opt.masks, "Only these masks (comma separated specs)")->delimiter(',');

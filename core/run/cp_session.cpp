@@ -85,12 +85,6 @@ nlohmann::json min_max(comm::Communicator& control, double v) {
   return {{"min", -reduce(control, -v, LCA_REDUCE_MAX)}, {"max", reduce(control, v, LCA_REDUCE_MAX)}};
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // Rank 0 receives every rank's packed rows of a [S, row_elems] tensor (host bytes) and puts them
 // in place in `global` (rank 0 only). One message a rank keeps every count within MPI's limits
 // for any shard that fits one device.
@@ -369,17 +363,16 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                         [&](bool more) { return reduce(control, more ? 1.0 : 0.0, LCA_REDUCE_MAX) != 0.0; });
                     const double my_peak = static_cast<double>(be.peak_bytes() - before);
                     r.total_peak_bytes = static_cast<size_t>(reduce(control, my_peak, LCA_REDUCE_MAX));
-                    std::vector<double> sorted = r.times_ms;
-                    std::sort(sorted.begin(), sorted.end());
-                    r.median_ms = sorted[sorted.size() / 2];
-                    r.min_ms = sorted.front();
-                    r.max_ms = sorted.back();
+                    r.median_ms = median_of(r.times_ms);
+                    const auto [lo_ms, hi_ms] = std::minmax_element(r.times_ms.begin(), r.times_ms.end());
+                    r.min_ms = *lo_ms;
+                    r.max_ms = *hi_ms;
                     // Per GPU (per rank): total FLOPs / world / the slowest rank's time.
                     r.tflops = r.flops / W / (r.median_ms * 1e-3) / 1e12;
-                    const double my_median = median(my_ms);
+                    const double my_median = median_of(my_ms);
                     r.cp_ranks = {{"time_ms", min_max(control, my_median)},
-                                  {"comm_ms", min_max(control, median(my_comm))},
-                                  {"compute_ms", min_max(control, median(my_kernel))},
+                                  {"comm_ms", min_max(control, median_of(my_comm))},
+                                  {"compute_ms", min_max(control, median_of(my_kernel))},
                                   {"peak_bytes", min_max(control, my_peak)},
                                   {"tflops", min_max(control, my_median > 0 ? r.flops / W / (my_median * 1e-3) / 1e12 : 0.0)}};
                     r.status = "ok";

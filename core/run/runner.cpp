@@ -77,12 +77,6 @@ nlohmann::json read_plan_info(const KernelInstance& k, lca_plan* plan) {
   return j;
 }
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Calls of one() past the `calls` already made, for as long as this process wants more (fewer than
 // `cap` calls in all and less than min_ms since t0) and agree (CP ranks: whether any rank does)
 // says so. Nothing when min_ms is 0, where ranks agree without asking. Returns the calls in all.
@@ -99,6 +93,13 @@ int calls_by_time(const std::function<void()>& one, int calls, std::chrono::stea
 }
 
 }  // namespace
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms,
             const std::function<bool(bool)>& agree) {

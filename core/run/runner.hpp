@@ -78,6 +78,10 @@ RunnerOptions runner_options(const MatrixSpec& spec);
 int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms,
             const std::function<bool(bool)>& agree = {});
 
+// The median of a cell's times: the middle one, or the mean of the two middle ones (the host's
+// runner and the CP session report the same statistic). 0 for none.
+double median_of(std::vector<double> v);
+
 // The most timed calls that MatrixSpec::repeat_ms adds past the counted ones (a cell of short calls
 // then spans less than repeat_ms; such cells draw little power anyway).
 constexpr int kMaxTimedCalls = 1000;

@@ -1,6 +1,7 @@
 // run_session in process: every cell of a tiny matrix is recorded with its measurements and its
 // check; skipped cells are X with a reason; E and FAIL are results and the run goes on.
 #include "core/report/results.hpp"
+#include "core/run/runner.hpp"
 #include "core/run/session.hpp"
 #include "run_support.hpp"
 
@@ -297,6 +298,15 @@ TEST_F(Session, DryRunWritesNothing) {
   EXPECT_EQ(summary.counts.at("plan"), 12);
   EXPECT_EQ(summary.counts.at("X"), 4);
   EXPECT_NE(output_.str().find("no-gqa"), std::string::npos) << output_.str();
+}
+
+// The runner and the CP session report this one statistic: an even count takes the mean of the two
+// middle times (the CP session took the upper one before), order does not matter, none is 0.
+TEST(MedianOf, MiddleOrMeanOfTheTwoMiddles) {
+  EXPECT_DOUBLE_EQ(lca::core::median_of({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_DOUBLE_EQ(lca::core::median_of({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_DOUBLE_EQ(lca::core::median_of({5.0}), 5.0);
+  EXPECT_DOUBLE_EQ(lca::core::median_of({}), 0.0);
 }
 
 TEST(ResultsFile, CellRecordsRoundTrip) {

@@ -535,9 +535,9 @@ __global__ void __launch_bounds__(384, 1)
 // mma.sync kernel); "sm90_skip" / "sm90_noskip": the default kernel with / without the idle skip
 // on every mask (kSkipIdle; the default skips where kIdleShareForSkip says; "sm90_noskip" rotates
 // no walk either); "sm90_rotate": the kernel without the skip on every mask, its plain walks
-// rotated as the skip kernel's are (kRotate), which the default does only for plain walks longer
-// than kPlainSkipWalkLimit (default_sm90_rotate_backward: full at 64K and beyond, block_sparse past
-// the skip kernel's limit); on shorter walks it loses (NOTES v24: sliding_window 1-6%,
+// rotated as the skip kernel's are (kRotate), which the default does only for plain walks of about
+// one length longer than kPlainSkipWalkLimit (default_sm90_rotate_backward: full at 64K and beyond,
+// block_sparse past the skip kernel's limit); on shorter walks it loses (NOTES v24: sliding_window 1-6%,
 // global_sliding at 64K-128K 3-4%; its walkers count their iterations, and spill 32 bytes).
 inline const std::string& backward_variant() {
   static const std::string v =
@@ -574,7 +574,8 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
         v == "sm90_skip"     ? Sm90Backward::skip
         : v == "sm90_noskip" ? Sm90Backward::noskip
         : v == "sm90_rotate" ? (p.sched.plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip)
-                             : default_sm90_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks);
+                             : default_sm90_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks,
+                                                     p.sched.alike_walks);
     if (kernel != Sm90Backward::noskip)  // the places the rotated walks start from, zeroed a launch
       LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t) * p.heads_kv, stream));
     switch (kernel) {

@@ -26,13 +26,13 @@ struct UploadedSchedule {
   DeviceBuffer runs, run_offsets, bits, order, items, counter;
   int32_t row_tiles = 0, tile_rows = 0, item_count = 0, busy_tiles = 0;
   float idle_share = 0.f, mean_tiles = 0.f;
-  bool plain_walks = false;
+  bool plain_walks = false, alike_walks = false;
   int32_t max_tiles = 0;
   int32_t kv_heads_together = 1;
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
                           row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count,
-                          counter.as<int32_t>(), busy_tiles, plain_walks, max_tiles, kv_heads_together};
+                          counter.as<int32_t>(), busy_tiles, plain_walks, alike_walks, max_tiles, kv_heads_together};
   }
 };
 
@@ -51,6 +51,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.items = upload(items, exec, "the backward's blocks");
   u.item_count = static_cast<int32_t>(items.size());
   u.plain_walks = lca_flex_flash::plain_walks(items);
+  u.alike_walks = lca_flex_flash::alike_walks(items);
   u.runs = upload(s.runs, exec, "the tile runs");
   u.run_offsets = upload(s.run_offsets, exec, "the tile run offsets");
   u.bits = upload(s.bits, exec, "the partial-tile bitmasks");

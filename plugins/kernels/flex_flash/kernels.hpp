@@ -37,6 +37,7 @@ struct DeviceSchedule {
   int32_t* counter = nullptr;
   int32_t busy_tiles = 0;      // row tiles with runs: order's first busy_tiles (the rest see nothing)
   bool plain_walks = false;    // backward only: every item one key tile walked up, heads outer (plain_walks)
+  bool alike_walks = false;    // backward only: plain walks of about the same length (alike_walks)
   int32_t max_tiles = 0;       // the most scheduled tiles of one row tile (TileSchedule::max_tiles)
   // Backward only: the blocks go out in groups of this many kv heads (a divisor of heads_kv), each
   // group's kv heads inner: 1, one kv head after another; heads_kv, all inner (kv_heads_together).
@@ -197,17 +198,21 @@ constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, b
 // of ~150 iterations), the kernel's walkers counting their iterations (32 bytes of spills). The
 // limit is the skip kernel's for plain walks: block_sparse's walks rotate at every length, in the
 // skip kernel up to 64K and in this one beyond.
-constexpr bool default_sm90_rotate_backward(double mean_walk, bool plain_walks) {
-  return plain_walks && mean_walk > kPlainSkipWalkLimit;
+// Only alike walks rotate (schedule.hpp, alike_walks). causal_blockwise at 256K / 512K has plain walks
+// this long but of 2 to 1349 / 4452 query tiles, and rotated its backward ran at 0.95x / 0.71x the
+// kernel without it; full_document at 512K (4 to 2298) at 1.025x, which this rule gives up (H100,
+// NOTES v29). Why unlike walks lose is not known.
+constexpr bool default_sm90_rotate_backward(double mean_walk, bool plain_walks, bool alike_walks) {
+  return plain_walks && alike_walks && mean_walk > kPlainSkipWalkLimit;
 }
 // The default Hopper backward kernel (LCA_FLEX_BACKWARD unset), from the backward schedule: the
 // skip kernel (its plain walks rotated), the kernel without the skip with rotated plain walks, or
 // the kernel without either. The two conditions never hold together (plain walks: at most / over
 // kPlainSkipWalkLimit; other walks never rotate).
 enum class Sm90Backward { noskip, rotate, skip };
-constexpr Sm90Backward default_sm90_backward(double idle_share, double mean_walk, bool plain_walks) {
+constexpr Sm90Backward default_sm90_backward(double idle_share, double mean_walk, bool plain_walks, bool alike_walks) {
   if (default_sm90_skip_backward(idle_share, mean_walk, plain_walks)) return Sm90Backward::skip;
-  if (default_sm90_rotate_backward(mean_walk, plain_walks)) return Sm90Backward::rotate;
+  if (default_sm90_rotate_backward(mean_walk, plain_walks, alike_walks)) return Sm90Backward::rotate;
   return Sm90Backward::noskip;
 }
 
@@ -217,7 +222,9 @@ constexpr Sm90Backward default_sm90_backward(double idle_share, double mean_walk
 // where the simulation promised +7 / +2% (H100, NOTES v24).
 inline int32_t default_kv_heads_together(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t heads_kv,
                                          int32_t group, int32_t slots) {
-  if (default_sm90_backward(idle_share(s), mean_tiles(s) * group, plain_walks(items)) != Sm90Backward::noskip) return 1;
+  if (default_sm90_backward(idle_share(s), mean_tiles(s) * group, plain_walks(items), alike_walks(items)) !=
+      Sm90Backward::noskip)
+    return 1;
   return kv_heads_together(items, heads_kv, group, slots);
 }
 

@@ -533,6 +533,13 @@ bool plain_walks(const std::vector<BwdItem>& items) {
                      [](const BwdItem& it) { return it.tiles[1] < 0 && it.flags == 0 && it.slot < 0; });
 }
 
+bool alike_walks(const std::vector<BwdItem>& items) {
+  if (items.empty() || !plain_walks(items)) return false;
+  const auto [shortest, longest] = std::minmax_element(
+      items.begin(), items.end(), [](const BwdItem& a, const BwdItem& b) { return a.query_tiles[0] < b.query_tiles[0]; });
+  return double(longest->query_tiles[0]) <= kAlikeWalkRatio * double(shortest->query_tiles[0]);
+}
+
 namespace {
 // A walk split_items may split: one key tile of two or more query tiles, up, heads outer, whole.
 bool splittable(const BwdItem& it) {

@@ -195,6 +195,13 @@ int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t head
 // Hopper skip backward starts such walks where the running blocks of their kv head are (kernels.hpp,
 // default_sm90_skip_backward).
 bool plain_walks(const std::vector<BwdItem>& items);
+// Whether the walks are plain and alike: the longest walks at most kAlikeWalkRatio times the
+// shortest's query tiles. Only such walks rotate (kernels.hpp, default_sm90_rotate_backward): where
+// every key tile walks (nearly) the same query tiles, a block that starts where the running ones
+// are reads what they read. causal_blockwise at 512K (walks of 2 to 4452 query tiles) ran its
+// backward at 0.71x rotated (NOTES v29).
+constexpr double kAlikeWalkRatio = 1.25;
+bool alike_walks(const std::vector<BwdItem>& items);
 
 // Does the schedule make (row, col) visible? For tests: walks the runs of row's tile.
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col);

@@ -554,23 +554,32 @@ TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
 }
 
 // Past the skip kernel's limit for plain walks (kPlainSkipWalkLimit iterations), the default
-// rotates plain walks in the kernel without the skip (default_sm90_rotate_backward): full from 64K
-// (8192 iterations; 4096 at 32K stay as they are), block_sparse past 64K. Every other builtin mask
-// at 16K-128K has short walks, pairs (causal-like masks), split walks or the document-local order,
-// and none of those rotate; the default keeps one kv head after another where walks rotate.
-TEST(FlexSchedule, LongPlainWalksRotate) {
+// rotates plain walks of about one length (alike_walks) in the kernel without the skip
+// (default_sm90_rotate_backward): full from 64K (8192 iterations; 4096 at 32K stay as they are),
+// block_sparse past 64K, both to 512K. Every other builtin mask at 16K-512K has short walks, pairs
+// (causal-like masks), split walks, the document-local order or walks of many lengths, and none of
+// those rotate: causal_blockwise at 256K-512K (2 to 1349 / 4452 query tiles) and full_document at
+// 512K (4 to 2298) have plain walks past the limit, and causal_blockwise's backward ran 0.71x
+// rotated (NOTES v29). The default keeps one kv head after another where walks rotate.
+TEST(FlexSchedule, LongPlainWalksRotateWhereTheyAreAlike) {
   const std::set<std::pair<std::string, int64_t>> rotating = {
-      {"full", 65536}, {"full", 131072}, {"block_sparse", 131072}};
-  for_each_builtin(/*by_query=*/false, {16384, 32768, 65536, 131072}, [&](const std::string& name, int64_t seqlen,
-                                                                         const lca_flex_flash::TileSchedule& s) {
+      {"full", 65536},          {"full", 131072},         {"full", 262144},        {"full", 524288},
+      {"block_sparse", 131072}, {"block_sparse", 262144}, {"block_sparse", 524288}};
+  const std::set<std::pair<std::string, int64_t>> long_unlike = {
+      {"causal_blockwise", 262144}, {"causal_blockwise", 524288}, {"full_document", 524288}};
+  for_each_builtin(/*by_query=*/false, {16384, 32768, 65536, 131072, 262144, 524288},
+                   [&](const std::string& name, int64_t seqlen, const lca_flex_flash::TileSchedule& s) {
     const auto b = lca_flex_flash::default_backward_blocks(s, 8, 8, 132, BwdPairing::kAuto);
     const double walk = lca_flex_flash::mean_tiles(s) * 8;
-    const bool plain = lca_flex_flash::plain_walks(b.items);
+    const bool plain = lca_flex_flash::plain_walks(b.items), alike = lca_flex_flash::alike_walks(b.items);
     // The launcher's choice (backward_sm90.cuh) and its rotation rule agree.
-    const bool rotates = lca_flex_flash::default_sm90_backward(lca_flex_flash::idle_share(s), walk, plain) ==
+    const bool rotates = lca_flex_flash::default_sm90_backward(lca_flex_flash::idle_share(s), walk, plain, alike) ==
                          lca_flex_flash::Sm90Backward::rotate;
-    EXPECT_EQ(rotates, lca_flex_flash::default_sm90_rotate_backward(walk, plain)) << name << " " << seqlen;
+    EXPECT_EQ(rotates, lca_flex_flash::default_sm90_rotate_backward(walk, plain, alike)) << name << " " << seqlen;
     EXPECT_EQ(rotates, rotating.count({name, seqlen}) == 1) << name << " " << seqlen << ": walk " << walk;
+    // Long plain walks of many lengths: what the rule leaves out.
+    EXPECT_EQ(plain && !alike && walk > lca_flex_flash::kPlainSkipWalkLimit, long_unlike.count({name, seqlen}) == 1)
+        << name << " " << seqlen;
     if (rotates) {
       EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, plain)) << name;
       EXPECT_EQ(b.kv_heads_together, 1) << name << " " << seqlen;

@@ -68,11 +68,13 @@ def parser():
     r.add_argument("results", nargs="+", help="results .jsonl files (lcahost --out); later cells replace earlier ones")
     r.add_argument("--out", required=True, help="folder for the PNGs and summary.md (created)")
     r.set_defaults(run=cmd_report)
-    c = sub.add_parser("compare", help="B/A cell by cell with the noise band of the repeats",
+    c = sub.add_parser("compare", help="B/A cell by cell with the noise band of the timed calls",
                        description="Matches cells by kernel, mask and parameters, length, heads, head dim, dtype, "
                                    "pass and CP world size; prints B/A of the median time and of TFLOP/s. The noise "
-                                   "band is the sum of both runs' half relative min-max spread of the repeats (at "
-                                   "least --min-band). Slower beyond the band and by more than --threshold, or a cell "
+                                   "band is the sum of both runs' half-widths of their median's 95% confidence "
+                                   "interval, from the ranks of the timed calls (about their min-max range for ten "
+                                   "calls or fewer; the min-max range where a record has no calls), at least "
+                                   "--min-band. Slower beyond the band and by more than --threshold, or a cell "
                                    "ok in A but E/FAIL/ERROR/CRASH/TIMEOUT in B, is a regression: exit status 1.")
     c.add_argument("a", help="the baseline results .jsonl")
     c.add_argument("b", help="the results to check against it")

@@ -2,6 +2,8 @@
 repeats; cells that got slower beyond the band are regressions, faster ones improvements, and a
 cell that ran ok in A but not in B is a regression too. Used by `lcahost compare`.
 Rule: the exit status is the verdict: 0 none beyond the threshold, 1 regression, 2 bad input."""
+import math
+
 from .results import PROBLEMS, cell_key, describe_key, load, timed
 from .tables import markdown
 
@@ -9,10 +11,25 @@ OK, REGRESSION, BAD_INPUT = 0, 1, 2
 
 
 def spread(cell):
-    """Half the relative min-max range of the repeats: how far one run's median may wander."""
+    """How far one run's median may wander, relative: half the width of the median's 95% confidence
+    interval from the calls' order statistics (ranks n/2 -+ 0.98 sqrt(n), distribution-free), which
+    for ten calls or fewer is about their min-max range. Timed by time (repeat_ms), a cell keeps a
+    hundred calls or more over the GPU's clock swings: their min-max range (+-5-16% on an H100 at
+    its power limit) says how the calls vary, not how far the median does (two runs of the same
+    kernels: -0.3% to +2.5% on every cell of paper-dense 16K-64K, NOTES v29). Without the calls
+    (older records), half the min-max range."""
     t = cell.get("time_ms") or {}
-    median, lo, hi = t.get("median", 0), t.get("min", 0), t.get("max", 0)
-    return (hi - lo) / (2 * median) if median > 0 else 0.0
+    median = t.get("median", 0)
+    if median <= 0:
+        return 0.0
+    calls = sorted(t.get("all") or [])
+    if len(calls) < 2:
+        return (t.get("max", 0) - t.get("min", 0)) / (2 * median)
+    n = len(calls)
+    half = 0.98 * math.sqrt(n)
+    lo = max(1, round(n / 2 - half)) - 1          # 1-based ranks, as 0-based indices
+    hi = min(n, round(1 + n / 2 + half)) - 1
+    return (calls[hi] - calls[lo]) / (2 * median)
 
 
 def compare_cells(a, b, threshold, min_band):
@@ -72,6 +89,11 @@ def render(rows, only_a, only_b, threshold, fmt):
     lines += ["", f"{len(rows)} cells in both: {counts['noise']} within noise, {counts['slower']} slower, "
               f"{counts['faster']} faster, {counts['status worse']} worse status, {counts['status changed']} other status "
               f"changes, {counts['same']} untimed in both; {regressions} regression(s) beyond {100 * threshold:.1f}%"]
+    ratios = [r["ratio"] for r in rows if r.get("ratio", 0) > 0]
+    if ratios:
+        geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        lines.append(f"geomean B/A time over the {len(ratios)} timed cells: {geomean:.3f} (where every cell moves "
+                     "alike, look at the GPU's clocks and power before the code)")
     return lines, regressions
 
 

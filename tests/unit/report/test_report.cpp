@@ -246,6 +246,31 @@ TEST_F(Compare, RatiosVerdictsAndRegressionExit) {
   EXPECT_HAS(r.out, "1 cell(s) only in B:\n  kA causal 2K 64:8 d128 bf16 fwd\n");
   EXPECT_HAS(r.out, "4 cells in both: 1 within noise, 1 slower, 1 faster, 1 worse status, 0 other status changes, "
                     "0 untimed in both; 2 regression(s) beyond 5.0%");
+  // The geometric mean of B/A time over the three timed cells: (1.5 x 1.005 x 0.5)^(1/3).
+  EXPECT_HAS(r.out, "geomean B/A time over the 3 timed cells: 0.910");
+}
+
+// A cell timed by time keeps a hundred calls or more across the GPU's clock swings: their min-max
+// range is wide (here +-20%) while the median is known to within a few percent. The band comes from
+// the median's confidence interval (ranks n/2 -+ 0.98 sqrt(n)), so 10% slower is a regression, where
+// half the min-max range (+-40% for two such runs) would have called it noise.
+TEST_F(Compare, CellsTimedByTimeGetTheirMediansBand) {
+  auto swinging = [](double median_ms) {
+    json c = cell("kA", "full", 1024, "fwd", "ok", median_ms);
+    json calls = json::array();
+    for (int i = 0; i <= 100; ++i) calls.push_back(median_ms * (0.8 + 0.4 * i / 100.0));  // 0.8x .. 1.2x, evenly
+    c["time_ms"] = {{"median", median_ms}, {"min", median_ms * 0.8}, {"max", median_ms * 1.2}, {"all", calls}};
+    c["tflops"] = c["flops"].get<double>() / (median_ms * 1e-3) / 1e12;
+    return c;
+  };
+  write_records(dir_ / "swing_a.jsonl", {run_record(), swinging(1.0)});
+  write_records(dir_ / "swing_b.jsonl", {run_record(), swinging(1.1)});
+  const auto r = compare("swing_a.jsonl", "swing_b.jsonl");
+  EXPECT_EQ(r.exit_code, 1) << describe(r);
+  const std::string row = line_with(r.out, "kA full 1K 64:8 d128 bf16 fwd ");
+  // 101 calls: ranks 41 and 61 of 101, 0.96x and 1.04x the median, so +-4% a run and +-8% for two.
+  EXPECT_HAS(row, "+-8.0%");
+  EXPECT_HAS(row, "slower (REGRESSION)");
 }
 
 TEST_F(Compare, ThresholdDecidesTheExitStatus) {

@@ -14,9 +14,9 @@ def spread(cell):
     """How far one run's median may wander, relative: half the width of the median's 95% confidence
     interval from the calls' order statistics (ranks n/2 -+ 0.98 sqrt(n), distribution-free), which
     for ten calls or fewer is about their min-max range. Timed by time (repeat_ms), a cell keeps a
-    hundred calls or more over the GPU's clock swings: their min-max range (+-5-16% on an H100 at
-    its power limit) says how the calls vary, not how far the median does (two runs of the same
-    kernels: -0.3% to +2.5% on every cell of paper-dense 16K-64K, NOTES v29). Without the calls
+    hundred calls or more over the GPU's clock swings: their min-max range says how the calls vary,
+    not how far the median does (on an H100 at its power limit it made two runs' band +-5-16% on
+    paper-dense 16K-64K, where two runs of the same kernels differ by -0.3% to +2.5%, NOTES v29). Without the calls
     (older records), half the min-max range."""
     t = cell.get("time_ms") or {}
     median = t.get("median", 0)

@@ -363,10 +363,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                         [&](bool more) { return reduce(control, more ? 1.0 : 0.0, LCA_REDUCE_MAX) != 0.0; });
                     const double my_peak = static_cast<double>(be.peak_bytes() - before);
                     r.total_peak_bytes = static_cast<size_t>(reduce(control, my_peak, LCA_REDUCE_MAX));
-                    r.median_ms = median_of(r.times_ms);
-                    const auto [lo_ms, hi_ms] = std::minmax_element(r.times_ms.begin(), r.times_ms.end());
-                    r.min_ms = *lo_ms;
-                    r.max_ms = *hi_ms;
+                    set_time_stats(r);
                     // Per GPU (per rank): total FLOPs / world / the slowest rank's time.
                     r.tflops = r.flops / W / (r.median_ms * 1e-3) / 1e12;
                     const double my_median = median_of(my_ms);

@@ -101,6 +101,13 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+void set_time_stats(CellResult& r) {
+  r.median_ms = median_of(r.times_ms);
+  const auto [lo, hi] = std::minmax_element(r.times_ms.begin(), r.times_ms.end());
+  r.min_ms = *lo;
+  r.max_ms = *hi;
+}
+
 int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms,
             const std::function<bool(bool)>& agree) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -362,9 +369,7 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
   r.plan_info = read_plan_info(*k, plan);
   r.total_peak_bytes = be.peak_bytes() - before;
   r.attn_peak_bytes = r.total_peak_bytes > io_bytes ? r.total_peak_bytes - io_bytes : 0;
-  r.median_ms = median_of(r.times_ms);
-  r.min_ms = *std::min_element(r.times_ms.begin(), r.times_ms.end());
-  r.max_ms = *std::max_element(r.times_ms.begin(), r.times_ms.end());
+  set_time_stats(r);
   r.tflops = r.median_ms > 0 ? r.flops / (r.median_ms * 1e-3) / 1e12 : 0;
   if (options_.gemm_tflops > 0 && cell.device == "cuda") r.gemm_fraction = r.tflops / options_.gemm_tflops;
   r.status = "ok";

@@ -81,6 +81,8 @@ int warm_up(Backend& be, const std::function<void()>& call, int count, double mi
 // The median of a cell's times: the middle one, or the mean of the two middle ones (the host's
 // runner and the CP session report the same statistic). 0 for none.
 double median_of(std::vector<double> v);
+// A timed cell's median_ms, min_ms and max_ms from its times_ms (at least one).
+void set_time_stats(CellResult& r);
 
 // The most timed calls that MatrixSpec::repeat_ms adds past the counted ones (a cell of short calls
 // then spans less than repeat_ms; such cells draw little power anyway).

@@ -4,9 +4,13 @@ runs (rounds: the median of each kernel's TFLOP/s over them), and the geomean pe
 runs where both versions are kernels of the same run (tools/dev/ab_same_run.sh).
 Usage: kernel_ratio.py --base flex_flash_base R1.jsonl [R2.jsonl ...]"""
 import argparse
-import json
 import math
+import os
 import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from lca_report.results import load  # noqa: E402  (tools/ on the path first)
 
 
 def main():
@@ -15,9 +19,8 @@ def main():
     ap.add_argument("results", nargs="+")
     args = ap.parse_args()
     cells = {}  # (mask, seqlen, pass) -> kernel -> [tflops]
-    for path in args.results:
-        for line in open(path):
-            r = json.loads(line)
+    for path in args.results:  # one file at a time: load() keeps one record per cell across files
+        for r in load([path]).cells:
             if r.get("status") != "ok" or not r.get("tflops"):
                 continue
             key = (r["mask"], int(r["seqlen"]), r["pass"])

@@ -199,7 +199,8 @@ bool plain_walks(const std::vector<BwdItem>& items);
 // shortest's query tiles. Only such walks rotate (kernels.hpp, default_sm90_rotate_backward): where
 // every key tile walks (nearly) the same query tiles, a block that starts where the running ones
 // are reads what they read. causal_blockwise at 512K (walks of 2 to 4452 query tiles) ran its
-// backward at 0.71x rotated (NOTES v29).
+// backward at 0.71x rotated (NOTES v29). Chosen, not tuned: above block_sparse's widest spread
+// at 64K-512K (809 / 731 = 1.11 at 64K), far below the unlike masks' (hundreds or more).
 constexpr double kAlikeWalkRatio = 1.25;
 bool alike_walks(const std::vector<BwdItem>& items);
 

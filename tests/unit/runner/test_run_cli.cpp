@@ -21,6 +21,34 @@ class RunCli : public ::testing::Test {
     args.insert(args.begin(), {"--threads", "1"});
     return run_lcahost(folder_.path(), args);
   }
+  // tiny.json with fx_good and `options`, into `name`.jsonl: its run record and its ok cells, once
+  // lcahost exited 0, wrote one run record and timed at least one cell.
+  struct TimedRun {
+    nlohmann::json record;
+    std::vector<nlohmann::json> cells;
+  };
+  TimedRun run_fx_good(const std::string& name, const std::vector<std::string>& options) {
+    const auto out = work_ / (name + ".jsonl");
+    std::vector<std::string> args = {"--matrix", (work_ / "tiny.json").string(), "--kernels", "fx_good",
+                                     "--out", out.string()};
+    args.insert(args.end(), options.begin(), options.end());
+    const auto r = lcahost(args);
+    EXPECT_EQ(r.exit_code, 0) << describe(r);
+    const Records rec = read_records(out);
+    EXPECT_EQ(rec.runs.size(), 1u);
+    TimedRun run;
+    if (!rec.runs.empty()) run.record = rec.runs[0];
+    for (const auto& c : rec.cells)
+      if (c["status"] == "ok") run.cells.push_back(c);
+    EXPECT_FALSE(run.cells.empty()) << "no cell was timed";
+    return run;
+  }
+  // A dry run with `flag value` is refused with exit status 2, and the message names the flag.
+  void expect_refused(const std::string& flag, const std::string& value, const std::string& why = "") {
+    const auto bad = lcahost({"--matrix", (work_ / "tiny.json").string(), flag, value, "--dry-run"});
+    EXPECT_EQ(bad.exit_code, 2) << why << "\n" << describe(bad);
+    EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
+  }
   PluginFolder folder_;
   TempDir work_;
 };
@@ -38,86 +66,45 @@ TEST_F(RunCli, HealthyRunExitsZeroAndWritesBothFiles) {
 }
 
 TEST_F(RunCli, WarmupAndRepeatsOverrideTheMatrix) {
-  const auto out = work_ / "quick.jsonl";
-  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "fx_good", "--warmup", "0",
-                          "--repeats", "3", "--out", out.string()});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  const Records rec = read_records(out);
-  ASSERT_EQ(rec.runs.size(), 1u);
-  EXPECT_EQ(rec.runs[0]["matrix"]["warmup"], 0) << "the record says what ran";
-  EXPECT_EQ(rec.runs[0]["matrix"]["repeats"], 3);
-  int timed = 0;
-  for (const auto& c : rec.cells)
-    if (c["status"] == "ok") {
-      EXPECT_EQ(c["time_ms"]["all"].size(), 3u) << c.dump();
-      ++timed;
-    }
-  EXPECT_GT(timed, 0);
-  const auto bad = lcahost({"--matrix", (work_ / "tiny.json").string(), "--repeats", "0", "--dry-run"});
-  EXPECT_EQ(bad.exit_code, 2) << "no timed call is no measurement\n" << describe(bad);
-  EXPECT_NE(bad.err.find("--repeats"), std::string::npos) << bad.err;
+  const auto run = run_fx_good("quick", {"--warmup", "0", "--repeats", "3"});
+  EXPECT_EQ(run.record["matrix"]["warmup"], 0) << "the record says what ran";
+  EXPECT_EQ(run.record["matrix"]["repeats"], 3);
+  // Without --repeat-ms (tiny.json has none) the count alone decides.
+  for (const auto& c : run.cells) EXPECT_EQ(c["time_ms"]["all"].size(), 3u) << c.dump();
+  expect_refused("--repeats", "0", "no timed call is no measurement");
 }
 
 // --warmup-ms: the warm-up goes on past --warmup calls until that much time has passed; each cell
 // says how many calls it made, and the run record what was asked.
 TEST_F(RunCli, WarmupMsWarmsUpForAtLeastThatLong) {
-  const auto out = work_ / "warm.jsonl";
-  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "fx_good", "--warmup", "2",
-                          "--warmup-ms", "40", "--repeats", "1", "--no-check", "--out", out.string()});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  const Records rec = read_records(out);
-  ASSERT_EQ(rec.runs.size(), 1u);
-  EXPECT_EQ(rec.runs[0]["matrix"]["warmup_ms"], 40.0);
-  int timed = 0;
-  for (const auto& c : rec.cells)
-    if (c["status"] == "ok") {
-      ++timed;
-      const int calls = c["warmup_calls"];
-      // fx_good's call takes far less than 40 ms: many more than the two counted ones.
-      EXPECT_GT(calls, 2) << c.dump();
-      EXPECT_GE(c["seconds"].get<double>(), 0.040) << c.dump();
-    }
-  EXPECT_GT(timed, 0);
-
-  const auto plain = work_ / "plain.jsonl";
-  ASSERT_EQ(lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "fx_good", "--warmup", "2",
-                     "--repeats", "1", "--no-check", "--out", plain.string()})
-                .exit_code,
-            0);
-  for (const auto& c : read_records(plain).cells)
-    if (c["status"] == "ok") EXPECT_EQ(c["warmup_calls"], 2) << "by count alone, without --warmup-ms";
-  const auto bad = lcahost({"--matrix", (work_ / "tiny.json").string(), "--warmup-ms", "-1", "--dry-run"});
-  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
-  EXPECT_NE(bad.err.find("--warmup-ms"), std::string::npos) << bad.err;
+  const auto run = run_fx_good("warm", {"--warmup", "2", "--warmup-ms", "40", "--repeats", "1", "--no-check"});
+  EXPECT_EQ(run.record["matrix"]["warmup_ms"], 40.0);
+  for (const auto& c : run.cells) {
+    // fx_good's call takes far less than 40 ms: many more than the two counted ones.
+    EXPECT_GT(c["warmup_calls"].get<int>(), 2) << c.dump();
+    EXPECT_GE(c["seconds"].get<double>(), 0.040) << c.dump();
+  }
+  for (const auto& c : run_fx_good("plain", {"--warmup", "2", "--repeats", "1", "--no-check"}).cells)
+    EXPECT_EQ(c["warmup_calls"], 2) << "by count alone, without --warmup-ms";
+  expect_refused("--warmup-ms", "-1");
 }
 
 // --repeat-ms: the timed calls go on past --repeats until that much time has passed, so that a
-// median spans a GPU's clock swings; each cell keeps every timed call, the run record says what
-// was asked, and without it the count alone decides.
+// median spans a GPU's clock swings; each cell keeps every timed call, and the run record says what
+// was asked (without it the count alone decides: WarmupAndRepeatsOverrideTheMatrix).
 TEST_F(RunCli, RepeatMsTimesForAtLeastThatLong) {
-  const auto out = work_ / "long.jsonl";
-  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "fx_good", "--warmup", "0",
-                          "--repeats", "2", "--repeat-ms", "40", "--no-check", "--out", out.string()});
-  ASSERT_EQ(r.exit_code, 0) << describe(r);
-  const Records rec = read_records(out);
-  ASSERT_EQ(rec.runs.size(), 1u);
-  EXPECT_EQ(rec.runs[0]["matrix"]["repeat_ms"], 40.0);
-  int timed = 0;
-  for (const auto& c : rec.cells)
-    if (c["status"] == "ok") {
-      ++timed;
-      const auto& all = c["time_ms"]["all"];
-      // fx_good's call takes far less than 40 ms: many more than the two counted ones, until 40 ms
-      // have passed or the cap is reached.
-      const size_t cap = lca::core::kMaxTimedCalls;
-      EXPECT_GT(all.size(), 2u) << c.dump();
-      EXPECT_LE(all.size(), cap) << c.dump();
-      EXPECT_TRUE(c["seconds"].get<double>() >= 0.040 || all.size() == cap) << c.dump();
-    }
-  EXPECT_GT(timed, 0);
-  const auto bad = lcahost({"--matrix", (work_ / "tiny.json").string(), "--repeat-ms", "-1", "--dry-run"});
-  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
-  EXPECT_NE(bad.err.find("--repeat-ms"), std::string::npos) << bad.err;
+  const auto run = run_fx_good("long", {"--warmup", "0", "--repeats", "2", "--repeat-ms", "40", "--no-check"});
+  EXPECT_EQ(run.record["matrix"]["repeat_ms"], 40.0);
+  for (const auto& c : run.cells) {
+    const auto& all = c["time_ms"]["all"];
+    // fx_good's call takes far less than 40 ms: many more than the two counted ones, until 40 ms
+    // have passed or the cap is reached.
+    const size_t cap = lca::core::kMaxTimedCalls;
+    EXPECT_GT(all.size(), 2u) << c.dump();
+    EXPECT_LE(all.size(), cap) << c.dump();
+    EXPECT_TRUE(c["seconds"].get<double>() >= 0.040 || all.size() == cap) << c.dump();
+  }
+  expect_refused("--repeat-ms", "-1");
 }
 
 TEST_F(RunCli, ResumeAppendsOnlyTheRest) {

@@ -302,11 +302,17 @@ TEST_F(Session, DryRunWritesNothing) {
 
 // The runner and the CP session report this one statistic: an even count takes the mean of the two
 // middle times (the CP session took the upper one before), order does not matter, none is 0.
-TEST(MedianOf, MiddleOrMeanOfTheTwoMiddles) {
+TEST(MedianOf, MiddleOrMeanOfTheTwoMiddlesAndTheCellsStats) {
   EXPECT_DOUBLE_EQ(lca::core::median_of({3.0, 1.0, 2.0}), 2.0);
   EXPECT_DOUBLE_EQ(lca::core::median_of({4.0, 1.0, 3.0, 2.0}), 2.5);
   EXPECT_DOUBLE_EQ(lca::core::median_of({5.0}), 5.0);
   EXPECT_DOUBLE_EQ(lca::core::median_of({}), 0.0);
+  core::CellResult r;
+  r.times_ms = {4.0, 1.0, 3.0, 2.0};
+  core::set_time_stats(r);
+  EXPECT_DOUBLE_EQ(r.median_ms, 2.5);
+  EXPECT_DOUBLE_EQ(r.min_ms, 1.0);
+  EXPECT_DOUBLE_EQ(r.max_ms, 4.0);
 }
 
 TEST(ResultsFile, CellRecordsRoundTrip) {

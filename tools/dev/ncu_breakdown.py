@@ -18,10 +18,12 @@ low and its step rate high by the same factor (their product, and the share, sta
 "SMs idle" is the share of the main kernel's SM cycles with nothing resident (a tail).
 Usage: ncu_breakdown.py DIR"""
 import glob
-import json
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from lca_report.results import load  # noqa: E402  (tools/ on the path first)
 
 # A kernel's line: "  void lca_flex_flash::dq_kernel<__nv_bfloat16, 128>(BwdParams) (65536, 1, 1)x(256, ...),
 # Context 1, ..."; the name is the last component before the template arguments.
@@ -52,14 +54,11 @@ def kernels(path):
 
 
 def flops(path):
+    """The FLOPs of the unmasked area from lcahost's record of the cell (None if it did not run)."""
     if not os.path.exists(path):
         return None
-    for line in open(path):
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if r.get("kernel") and r.get("status") == "ok" and r.get("flops"):
+    for r in load([path]).cells:
+        if r.get("status") == "ok" and r.get("flops"):
             return float(r["flops"])
     return None
 

@@ -119,13 +119,15 @@ __global__ void __launch_bounds__(kBwdKeys * 2, 1) backward_kernel(const BwdPara
       }
     }
     // P^T from the forward's LSE, then dS^T = P^T (dP^T - delta); key rows g and g + 8.
-    uint64_t w[2] = {~uint64_t{0}, ~uint64_t{0}};
+    // A full tile (mask -1) skips the masking arithmetic.
     if (mask >= 0) {
       const uint64_t* bits = p.sched.bits + int64_t{mask} * kBwdKeys + warp * 16 + g;
-      w[0] = bits[0];
-      w[1] = bits[8];
+      const uint64_t w[2] = {bits[0], bits[8]};
+      probs_and_ds<true>(&pt[0][0], &dpt[0][0], w, t4, p.scale_log2, lse2(buf), delta(buf));
+    } else {
+      const uint64_t w[2] = {};
+      probs_and_ds<false>(&pt[0][0], &dpt[0][0], w, t4, p.scale_log2, lse2(buf), delta(buf));
     }
-    probs_and_ds(&pt[0][0], &dpt[0][0], w, t4, p.scale_log2, lse2(buf), delta(buf));
     // dV += P^T dO and dK += dS^T Q: the accumulators of query blocks 2kk, 2kk+1 are the A
     // fragment of k-step kk.
 #pragma unroll

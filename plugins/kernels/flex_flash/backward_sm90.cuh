@@ -379,13 +379,15 @@ __global__ void __launch_bounds__(384, 1)
         // P^T and dS^T (key rows g: e = 0, 1; g + 8: e = 2, 3; query column 8 n + 2 t4 + (e & 1)).
         // The bitmask words are read after the wait: read between the commit and the wait, ptxas
         // serialized the kernel's wgmmas (C7517 / C7519).
-        uint64_t w[2] = {~uint64_t{0}, ~uint64_t{0}};
+        // A full tile (mask -1) skips the masking arithmetic.
         if (const int32_t mask = info(b)[2]; mask >= 0) {
           const uint64_t* bits = p.sched.bits + int64_t{mask} * L::kKeys + key0 + g;
-          w[0] = bits[0];
-          w[1] = bits[8];
+          const uint64_t w[2] = {bits[0], bits[8]};
+          probs_and_ds<true>(st, dpt, w, t4, p.scale_log2, lse2(b), delta(b));
+        } else {
+          const uint64_t w[2] = {};
+          probs_and_ds<false>(st, dpt, w, t4, p.scale_log2, lse2(b), delta(b));
         }
-        probs_and_ds(st, dpt, w, t4, p.scale_log2, lse2(b), delta(b));
         uint32_t pa[4][4], da[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {

@@ -91,6 +91,23 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+// One row's visibility word of a partial tile, seen by the thread whose columns in the m16n8 (and
+// wgmma accumulator) layout are 8 n + 2 t4 + b (b = 0, 1): shifted right by 2 t4 once, so that each
+// of its columns is a bit at a constant place, 8 n + b. In the Hopper forward ptxas then tests two
+// values with one R2P (a 64-bit shift by each column's place cost ~3.6 instructions a value; NOTES v31).
+struct ThreadBits {
+  uint32_t lo, hi;
+  __device__ __forceinline__ ThreadBits(uint64_t word, int t4) {
+    const uint64_t w = word >> (2 * t4);
+    lo = static_cast<uint32_t>(w);
+    hi = static_cast<uint32_t>(w >> 32);
+  }
+  // Whether column 8 n + 2 t4 + b is visible, place = 8 n + b (a constant once unrolled).
+  __device__ __forceinline__ bool operator[](int place) const {
+    return ((place < 32 ? lo : hi) >> (place & 31)) & 1u;
+  }
+};
+
 // A tile of kTile rows x D elements of T in shared memory (swizzled 16-byte chunks).
 template <class T, int D>
 struct SmemTile {

@@ -438,10 +438,14 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   auto softmax = [&](const RowBits& bits, float (&alpha)[2]) {
     if (bits.partial) {
 #pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n)
+      for (int sub = 0; sub < L::kSubs; ++sub) {
+        const ThreadBits w[2] = {ThreadBits(bits.w[sub][0], t4), ThreadBits(bits.w[sub][1], t4)};
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (!((bits.w[n >> 3][e >> 1] >> ((n & 7) * 8 + 2 * t4 + (e & 1))) & 1u)) sc[4 * n + e] = -INFINITY;
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!w[e >> 1][n * 8 + (e & 1)]) sc[4 * (8 * sub + n) + e] = -INFINITY;
+      }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {

@@ -306,15 +306,22 @@ __global__ void __launch_bounds__(384, 1)
   auto store_dq = [&](const float (&dq)[32], int at) {
     if (at > 0) sm90::mbar_wait(dq_empty, (at - 1) & 1);
     char* tile = gbase + L::kDqOffset;
+    // The skip kernel: in store n, lanes t4 = 2, 3 write column block n ^ 2 (16 columns away: unit
+    // ^ 4 of the same 128-byte row) while lanes t4 = 0, 1 write block n, so that the 8 lanes of a
+    // row pair in a half-warp write 8 different 16-byte units: with block n everywhere two rows'
+    // lanes meet in each unit, a 2-way bank conflict on every store (ncu). block_sparse's backward
+    // +2.4-3.3%; in the other kernels the 32 selects it takes cost full's 64K backward 1.3% (NOTES v31).
+    const bool flip = kSkipIdle && t4 >= 2;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      const int col = (kSplitD ? 64 * c : 0) + 8 * n + 2 * t4;
-      const int unit = (col & 31) >> 2;
+      const int col = (kSplitD ? 64 * c : 0) + 8 * n + 2 * t4;  // block n's column; flip: col ^ 16
+      const int unit = ((col & 31) >> 2) ^ (flip ? 4 : 0);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = 16 * warp + g + 8 * r;
+        const int m = 4 * (n ^ 2) + 2 * r, k = 4 * n + 2 * r;
         *reinterpret_cast<float2*>(tile + (col >> 5) * L::kDqChunkBytes + row * 128 + ((unit ^ (row & 7)) << 4) +
-                                   (col & 3) * 4) = make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+                                   (col & 3) * 4) = flip ? make_float2(dq[m], dq[m + 1]) : make_float2(dq[k], dq[k + 1]);
       }
     }
     sm90::fence_proxy_async();

@@ -71,11 +71,14 @@ def main():
     b = load(args.b)
     total_b = sum(e["instructions"] for e in b.values())
     print(f"instructions per unit: A {total_a / args.per:.0f}, B {total_b / args.per_b:.0f}")
-    per = lambda d, key, n: d[key]["instructions"] / n if key in d else 0.0  # noqa: E731
+
+    def per(lines, key, units):
+        return lines[key]["instructions"] / units if key in lines else 0.0
+
     keys = set(a) | set(b)
     delta = {k: per(b, k, args.per_b) - per(a, k, args.per) for k in keys}
     print(f"{'A':>8} {'B':>8} {'B - A':>8}")
-    for key in sorted(keys, key=lambda k: -abs(delta[k]))[: args.top]:
+    for key in sorted(keys, key=lambda k: (-abs(delta[k]), k))[: args.top]:
         src = (b.get(key) or a.get(key))["src"]
         print(f"{per(a, key, args.per):8.1f} {per(b, key, args.per_b):8.1f} {delta[key]:+8.1f}  {key[0]}:{key[1]} | {src[:80]}")
 

@@ -119,6 +119,9 @@ __global__ void __launch_bounds__(384, 1)
   // The item's fields by part, selected rather than indexed: an array indexed by a loop variable
   // would be copied to local memory.
   auto key_tile = [&](int part) { return part == 0 ? item.tiles[0] : item.tiles[1]; };
+  // The skip kernel's K and V come in 64-key blocks (the launcher's maps have 64-row boxes): half j
+  // of key tile t is block 2 t + j, or in a matched schedule (key_blocks) the block matched there.
+  auto key_block = [&](int32_t t, int j) { return p.sched.key_blocks ? p.sched.key_blocks[2 * t + j] : 2 * t + j; };
   // kSkipIdle: a block of one key tile, walked up with heads outer, starts where the blocks of its
   // kv head that run now are, and goes round. Their iterations take more or less time with the
   // mask, so blocks that start after the first wave would otherwise start at the walk's beginning
@@ -198,12 +201,26 @@ __global__ void __launch_bounds__(384, 1)
       for (int part = 0; part < parts; ++part) {
         // The second tile's K and V once the consumers are done with the first's.
         if (part > 0) sm90::mbar_wait(kv_empty, (part - 1) & 1);
-        const int32_t key0 = (item.slot >= 0 ? p.split_tiles[item.slot] : key_tile(part)) * L::kKeys;
+        const int32_t tile = item.slot >= 0 ? p.split_tiles[item.slot] : key_tile(part);
         sm90::mbar_arrive_expect_tx(bar_kv, 2 * L::kKVBytes);
+        if constexpr (kSkipIdle) {
 #pragma unroll
-        for (int half = 0; half < L::kHalves; ++half) {
-          sm90::tma_load_3d(sk + half * (L::kKeys * 128), &maps.k, 64 * half, hk, key0, bar_kv);
-          sm90::tma_load_3d(sv + half * (L::kKeys * 128), &maps.v, 64 * half, hk, key0, bar_kv);
+          for (int j = 0; j < 2; ++j) {
+            const int32_t key0 = key_block(tile, j) * kTile;
+#pragma unroll
+            for (int half = 0; half < L::kHalves; ++half) {
+              const uint32_t at = half * (L::kKeys * 128) + j * (kTile * 128);
+              sm90::tma_load_3d(sk + at, &maps.k, 64 * half, hk, key0, bar_kv);
+              sm90::tma_load_3d(sv + at, &maps.v, 64 * half, hk, key0, bar_kv);
+            }
+          }
+        } else {
+          const int32_t key0 = tile * L::kKeys;
+#pragma unroll
+          for (int half = 0; half < L::kHalves; ++half) {
+            sm90::tma_load_3d(sk + half * (L::kKeys * 128), &maps.k, 64 * half, hk, key0, bar_kv);
+            sm90::tma_load_3d(sv + half * (L::kKeys * 128), &maps.v, 64 * half, hk, key0, bar_kv);
+          }
         }
         walk_part(part, it, [&](const KeyTileWalk& qw) {
           const int b = it % L::kStages;
@@ -517,7 +534,9 @@ __global__ void __launch_bounds__(384, 1)
     }
     T* dk_base = static_cast<T*>(p.dk) + hk * p.dk_head;
     T* dv_base = static_cast<T*>(p.dv) + hk * p.dv_head;
-    const int64_t k0 = int64_t{key_tile(part)} * L::kKeys;
+    // The tile's first key (the skip kernel: as if this warpgroup's block were its half c).
+    const int64_t k0 = kSkipIdle ? int64_t{key_block(key_tile(part), c)} * kTile - 64 * c
+                                 : int64_t{key_tile(part)} * L::kKeys;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t key = k0 + key0 + g + 8 * r;
@@ -569,22 +588,28 @@ void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, c
 template <class T, int D>
 void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   using L = Sm90BwdLayout<T, D>;
+  const std::string& v = backward_variant();
+  // A matched schedule (key_blocks: plan() makes one only for the default or sm90_skip) runs the
+  // skip kernel, the one that loads K and V by 64-key blocks.
+  if (p.sched.key_blocks != nullptr && ((v != "" && v != "sm90" && v != "sm90_skip") || p.split_count > 0))
+    throw lca::Error(LCA_ERR_INTERNAL, "flex_flash: a matched backward schedule outside the skip kernel");
+  const Sm90Backward kernel =
+      v == "sm90_atomic"             ? Sm90Backward::noskip
+      : v == "sm90_skip" || p.sched.key_blocks != nullptr ? Sm90Backward::skip
+      : v == "sm90_noskip"           ? Sm90Backward::noskip
+      : v == "sm90_rotate"           ? (p.sched.plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip)
+                           : default_sm90_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks,
+                                                   p.sched.alike_walks);
+  const uint32_t kv_rows = kernel == Sm90Backward::skip ? kTile : L::kKeys;
   Sm90BwdMaps maps{};
-  maps.k = make_thd_map<T>(p.k, D, p.heads_kv, p.seqlen_k, p.k_head, p.k_tok, L::kKeys, "k");
-  maps.v = make_thd_map<T>(p.v, D, p.heads_kv, p.seqlen_k, p.v_head, p.v_tok, L::kKeys, "v");
+  maps.k = make_thd_map<T>(p.k, D, p.heads_kv, p.seqlen_k, p.k_head, p.k_tok, kv_rows, "k");
+  maps.v = make_thd_map<T>(p.v, D, p.heads_kv, p.seqlen_k, p.v_head, p.v_tok, kv_rows, "v");
   maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, kTile, "q");
   maps.d_o = make_thd_map<T>(p.d_o, D, p.heads_q, p.seqlen_q, p.do_head, p.do_tok, kTile, "d_o");
-  if (backward_variant() == "sm90_atomic") {
+  if (v == "sm90_atomic") {
     launch_backward_sm90_variant<T, D, false>(p, maps, stream);
   } else {
     maps.dq = make_dq_accum_map(p.dq_accum, D, p.heads_q, p.seqlen_q, kTile);
-    const std::string& v = backward_variant();
-    const Sm90Backward kernel =
-        v == "sm90_skip"     ? Sm90Backward::skip
-        : v == "sm90_noskip" ? Sm90Backward::noskip
-        : v == "sm90_rotate" ? (p.sched.plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip)
-                             : default_sm90_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks,
-                                                     p.sched.alike_walks);
     if (kernel != Sm90Backward::noskip)  // the places the rotated walks start from, zeroed a launch
       LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t) * p.heads_kv, stream));
     switch (kernel) {

@@ -53,6 +53,14 @@ BwdSplit backward_split() {
   return v == "off" ? BwdSplit::kOff : BwdSplit::kAll;
 }
 
+BwdMatch backward_match() {
+  static const std::string v = dev::variant_env("LCA_FLEX_BWD_MATCH", "off on");
+  const std::string& kernel = dev::backward_variant();
+  if (v == "off" || !dev::sm90_backward_available() || (kernel != "" && kernel != "sm90" && kernel != "sm90_skip"))
+    return BwdMatch::kOff;
+  return v == "on" ? BwdMatch::kOn : BwdMatch::kAuto;
+}
+
 BwdLocal backward_local() {
   static const std::string v = dev::variant_env("LCA_FLEX_BWD_LOCAL", "off on");
   if (v.empty()) return BwdLocal::kAuto;

@@ -23,7 +23,7 @@ namespace {
 using lca::require;
 
 struct UploadedSchedule {
-  DeviceBuffer runs, run_offsets, bits, order, items, counter;
+  DeviceBuffer runs, run_offsets, bits, order, items, counter, key_blocks;
   int32_t row_tiles = 0, tile_rows = 0, item_count = 0, busy_tiles = 0;
   float idle_share = 0.f, mean_tiles = 0.f;
   bool plain_walks = false, alike_walks = false;
@@ -32,7 +32,8 @@ struct UploadedSchedule {
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
                           row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count,
-                          counter.as<int32_t>(), busy_tiles, plain_walks, alike_walks, max_tiles, kv_heads_together};
+                          counter.as<int32_t>(), busy_tiles, plain_walks, alike_walks, max_tiles, kv_heads_together,
+                          key_blocks.as<int32_t>()};
   }
 };
 
@@ -56,6 +57,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.run_offsets = upload(s.run_offsets, exec, "the tile run offsets");
   u.bits = upload(s.bits, exec, "the partial-tile bitmasks");
   u.order = upload(s.order, exec, "the tile order");
+  u.key_blocks = upload(s.key_blocks, exec, "the matched key blocks");
   u.row_tiles = s.row_tiles;
   u.busy_tiles = s.busy_tiles;
   u.tile_rows = s.tile_rows;
@@ -136,6 +138,7 @@ class FlexFlash final : public lca::IKernel {
     const int32_t together = backward_kv_heads_together(heads_kv);
     const BwdSplit split = backward_split();
     const BwdLocal local = backward_local();
+    const BwdMatch match = backward_match();
     int device = 0, sms = 0;
     LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
     LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -144,9 +147,10 @@ class FlexFlash final : public lca::IKernel {
       BackwardBlocks blocks;
       std::vector<int32_t> split_tiles;  // the split key tiles by slot (place_split_walks)
     };
-    auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, split, local, sms] {
-      Bwd b{build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, bwd_speedup), {}, {}};
+    auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, split, local, match,
+                                               sms] {
       const int32_t group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
+      Bwd b{default_backward_schedule(mask, bwd_speedup, group, match), {}, {}};
       b.blocks = default_backward_blocks(b.sched, heads_kv, group, sms, pairing, local, split, together);
       b.split_tiles = place_split_walks(b.sched, b.blocks.items);  // the parts' own row tiles, if any
       return b;

@@ -42,6 +42,9 @@ struct DeviceSchedule {
   // Backward only: the blocks go out in groups of this many kv heads (a divisor of heads_kv), each
   // group's kv heads inner: 1, one kv head after another; heads_kv, all inner (kv_heads_together).
   int32_t kv_heads_together = 1;
+  // Backward only, matched schedules (TileSchedule::key_blocks, 2 a key tile), else null: the
+  // 64-key block of each half of each key tile; the skip kernel runs them.
+  const int32_t* key_blocks = nullptr;
 };
 
 // Floats in one of the split walks' fp32 accumulators (dK's; dV's follows it): BwdParams::dkv_accum.
@@ -124,6 +127,13 @@ int32_t backward_kv_heads_together(int32_t heads_kv);
 enum class BwdSplit { kAuto, kOff, kAll };
 constexpr int32_t kForcedSplitParts = 4;
 BwdSplit backward_split();
+// Whether plan() matches the backward's 64-key blocks into key tiles (match_key_blocks), from
+// LCA_FLEX_BWD_MATCH: unset, where the default takes the skip kernel and the matched schedule's
+// modelled time (skip_backward_cost) is kMatchGain lower; "off", never; "on", on every mask (for the
+// tests: blocks of any mask, wherever they are). Only where the Hopper backward runs with
+// LCA_FLEX_BACKWARD unset, sm90 or sm90_skip (else off): a matched schedule runs the skip kernel.
+enum class BwdMatch { kAuto, kOff, kOn };
+BwdMatch backward_match();
 // Whether backward_items may take the document-local order, from LCA_FLEX_BWD_LOCAL: unset, by its
 // rule (not where the default may take the skip kernel); "off", never; "on", on every unpaired mask.
 BwdLocal backward_local();
@@ -228,6 +238,23 @@ inline int32_t default_kv_heads_together(const TileSchedule& s, const std::vecto
   return kv_heads_together(items, heads_kv, group, slots);
 }
 
+// The backward schedule as plan() makes it: build_adaptive_schedule's, or (`match`, backward_match)
+// its key blocks matched into key tiles (build_matched_schedule) where the default takes the skip
+// kernel on it and the match lowers the modelled time (skip_backward_cost) by kMatchGain, or
+// everywhere (kOn). test_flex_schedule checks the builtin masks' choices through this function.
+inline TileSchedule default_backward_schedule(const lca_mask& mask, double wide_speedup, int32_t group, BwdMatch match) {
+  TileSchedule s = build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, wide_speedup);
+  if (match == BwdMatch::kOff || s.tile_rows != kBwdKeys) return s;
+  if (match == BwdMatch::kAuto && !default_sm90_skip_backward(idle_share(s), mean_tiles(s) * group, /*plain_walks=*/true))
+    return s;
+  const TileSchedule narrow = build_schedule(mask, /*by_query=*/false, kTile);
+  std::vector<int32_t> blocks = match_key_blocks(narrow);
+  if (blocks.empty()) return s;
+  TileSchedule matched = build_matched_schedule(narrow, std::move(blocks));
+  if (match == BwdMatch::kOn || skip_backward_cost(matched) <= (1.0 - kMatchGain) * skip_backward_cost(s)) return matched;
+  return s;
+}
+
 // The Hopper backward's blocks and their order as plan() makes them, before place_split_walks:
 // backward_items, in the document-local order (`local`, LCA_FLEX_BWD_LOCAL) but not where the skip
 // kernel may run (its plain walks rotate instead); on 128-key schedules, long walks split (`split`,
@@ -242,10 +269,16 @@ inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t hea
                                               BwdPairing pairing, BwdLocal local = BwdLocal::kAuto,
                                               BwdSplit split = BwdSplit::kAuto, int32_t together = 0) {
   const double idle = idle_share(s), walk = mean_tiles(s) * group;
-  const bool skip_possible = default_sm90_skip_backward(idle, walk, /*plain_walks=*/true);
+  // A matched schedule runs the skip kernel whatever its idle share: no split, g = 1.
+  const bool matched = !s.key_blocks.empty();
+  const bool skip_possible = matched || default_sm90_skip_backward(idle, walk, /*plain_walks=*/true);
   BackwardBlocks b;
   b.items = backward_items(s, heads_kv, group, slots, pairing,
                            local == BwdLocal::kAuto && skip_possible ? BwdLocal::kOff : local);
+  if (matched) {
+    b.kv_heads_together = together > 0 ? together : 1;
+    return b;
+  }
   if (s.tile_rows == kBwdKeys) {
     if (split == BwdSplit::kAll)
       b.items = split_items(b.items, group, 0, kForcedSplitParts);

@@ -11,6 +11,7 @@
 #include <lca/types.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <numeric>
 #include <queue>
@@ -513,6 +514,7 @@ std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int
 
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col) {
   const int64_t t = row / s.tile_rows, c = col / kTileCols;
+  if (t >= s.row_tiles) return false;
   for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) {
     const TileRun& run = s.runs[r];
     if (c < run.begin || c >= run.end) continue;
@@ -522,6 +524,151 @@ bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col) {
     return (word >> (col - c * kTileCols)) & 1u;
   }
   return false;
+}
+
+int64_t schedule_row_key(const TileSchedule& s, int64_t row) {
+  if (s.key_blocks.empty()) return row;
+  const int64_t half = row / kTile;
+  return int64_t{s.key_blocks[static_cast<size_t>(half)]} * kTile + row % kTile;
+}
+
+std::vector<int32_t> match_key_blocks(const TileSchedule& narrow) {
+  lca::require(narrow.tile_rows == kTile, LCA_ERR_INTERNAL, "flex_flash: key blocks are matched on 64-row tiles");
+  const int32_t n = narrow.row_tiles;
+  if (n > kMatchMostBlocks) return {};
+  // Each block's query tiles as a bit set.
+  const int64_t words = (int64_t{narrow.col_tiles} + 63) / 64;
+  std::vector<uint64_t> seen(static_cast<size_t>(n * words), 0);
+  for (int32_t t = 0; t < n; ++t)
+    for (int32_t r = narrow.run_offsets[t]; r < narrow.run_offsets[t + 1]; ++r)
+      for (int32_t c = narrow.runs[r].begin; c < narrow.runs[r].end; ++c)
+        seen[static_cast<size_t>(t * words + c / 64)] |= uint64_t{1} << (c % 64);
+  struct Candidate {
+    int32_t common, a, b;
+  };
+  std::vector<Candidate> candidates;
+  candidates.reserve(static_cast<size_t>(n) * static_cast<size_t>(n > 0 ? n - 1 : 0) / 2);
+  for (int32_t a = 0; a < n; ++a)
+    for (int32_t b = a + 1; b < n; ++b) {
+      int32_t common = 0;
+      for (int64_t w = 0; w < words; ++w)
+        common += std::popcount(seen[static_cast<size_t>(a * words + w)] & seen[static_cast<size_t>(b * words + w)]);
+      candidates.push_back(Candidate{common, a, b});
+    }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.common > y.common; });
+  std::vector<int32_t> partner(static_cast<size_t>(n), -1);
+  for (const Candidate& c : candidates)
+    if (partner[static_cast<size_t>(c.a)] < 0 && partner[static_cast<size_t>(c.b)] < 0) {
+      partner[static_cast<size_t>(c.a)] = c.b;
+      partner[static_cast<size_t>(c.b)] = c.a;
+    }
+  std::vector<int32_t> blocks;
+  blocks.reserve(static_cast<size_t>(n + 1));
+  for (int32_t a = 0; a < n; ++a) {
+    const int32_t b = partner[static_cast<size_t>(a)];
+    if (b >= 0 && b < a) continue;  // listed with its lower block
+    blocks.push_back(a);
+    blocks.push_back(b >= 0 ? b : n);  // the odd block out: with the block past the end
+  }
+  return blocks;
+}
+
+TileSchedule build_matched_schedule(const TileSchedule& narrow, std::vector<int32_t> key_blocks) {
+  lca::require(narrow.tile_rows == kTile && key_blocks.size() % 2 == 0, LCA_ERR_INTERNAL,
+               "flex_flash: a matched schedule is made of 64-row tiles, two a tile");
+  TileSchedule s;
+  s.tile_rows = 2 * kTile;
+  s.rows = narrow.rows;
+  s.cols = narrow.cols;
+  s.col_tiles = narrow.col_tiles;
+  s.row_tiles = static_cast<int32_t>(key_blocks.size() / 2);
+  s.run_offsets.assign(static_cast<size_t>(s.row_tiles) + 1, 0);
+  std::vector<int64_t> cost(static_cast<size_t>(s.row_tiles), 0);
+  PatternStore patterns;
+  uint64_t pattern[2 * kTile];
+  // Each half's runs, walked column by column: the run being walked (a copy) and where it is.
+  struct Cursor {
+    int32_t run, end;
+  };
+  auto cursor_of = [&](int32_t k) {
+    return k < narrow.row_tiles ? Cursor{narrow.run_offsets[k], narrow.run_offsets[k + 1]} : Cursor{0, 0};
+  };
+  for (int32_t t = 0; t < s.row_tiles; ++t) {
+    const int32_t blocks[2] = {key_blocks[static_cast<size_t>(2 * t)], key_blocks[static_cast<size_t>(2 * t + 1)]};
+    lca::require(blocks[0] >= 0 && blocks[0] <= narrow.row_tiles && blocks[1] >= 0 && blocks[1] <= narrow.row_tiles,
+                 LCA_ERR_INTERNAL, "flex_flash: a matched key block is out of range");
+    Cursor at[2] = {cursor_of(blocks[0]), cursor_of(blocks[1])};
+    TileRun cur[2] = {};
+    auto load = [&](int h) {
+      if (at[h].run < at[h].end) cur[h] = narrow.runs[at[h].run];
+    };
+    load(0);
+    load(1);
+    auto col_of = [&](int h) { return at[h].run < at[h].end ? cur[h].begin : INT32_MAX; };
+    for (;;) {
+      const int32_t c = std::min(col_of(0), col_of(1));
+      if (c == INT32_MAX) break;
+      bool full = true;
+      for (int h = 0; h < 2; ++h) {
+        uint64_t* half = pattern + h * kTile;
+        if (col_of(h) != c) {
+          std::fill(half, half + kTile, uint64_t{0});
+          full = false;
+          continue;
+        }
+        if (cur[h].mask < 0) {
+          std::fill(half, half + kTile, ~uint64_t{0});
+        } else {
+          const uint64_t* words = &narrow.bits[static_cast<size_t>(cur[h].mask) * kTile];
+          std::copy(words, words + kTile, half);
+          full = false;
+          ++cur[h].mask;
+        }
+        if (++cur[h].begin == cur[h].end && ++at[h].run < at[h].end) load(h);
+      }
+      TileRun* last = s.runs.size() > static_cast<size_t>(s.run_offsets[t]) ? &s.runs.back() : nullptr;
+      ++cost[static_cast<size_t>(t)];
+      if (full) {  // both halves full tiles of narrow: whole blocks, inside the columns
+        if (last != nullptr && last->mask < 0 && last->end == c) ++last->end;
+        else s.runs.push_back(TileRun{c, c + 1, -1, 0});
+        ++s.full_tiles;
+        continue;
+      }
+      const int32_t index = patterns.intern(pattern, 2 * kTile, s.bits);
+      int32_t halves = 0;
+      for (int h = 0; h < 2; ++h) {
+        const uint64_t* first = pattern + h * kTile;
+        if (std::all_of(first, first + kTile, [](uint64_t w) { return w == 0; })) halves |= kIdleHalf << h;
+        if (std::all_of(first, first + kTile, [](uint64_t w) { return w == ~uint64_t{0}; })) halves |= kFullHalf << h;
+      }
+      if (last != nullptr && last->mask >= 0 && last->end == c && last->mask + (last->end - last->begin) == index &&
+          last->halves == halves)
+        ++last->end;
+      else s.runs.push_back(TileRun{c, c + 1, index, halves});
+      ++s.partial_tiles;
+      s.idle_halves += (halves & kIdleHalf) + ((halves >> 1) & kIdleHalf);
+    }
+    lca::require(s.runs.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()), LCA_ERR_UNSUPPORTED,
+                 "flex_flash: the mask needs more tile runs than 32-bit run offsets hold");
+    s.run_offsets[static_cast<size_t>(t) + 1] = static_cast<int32_t>(s.runs.size());
+  }
+  s.order.resize(static_cast<size_t>(s.row_tiles));
+  std::iota(s.order.begin(), s.order.end(), 0);
+  std::stable_sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) { return cost[a] > cost[b]; });
+  for (int32_t t = 0; t < s.row_tiles; ++t) s.busy_tiles += s.run_offsets[t] < s.run_offsets[t + 1];
+  if (s.row_tiles > 0) s.max_tiles = static_cast<int32_t>(cost[static_cast<size_t>(s.order[0])]);
+  s.key_blocks = std::move(key_blocks);
+  return s;
+}
+
+double skip_backward_cost(const TileSchedule& s) {
+  double cost = 0.0;
+  for (const TileRun& run : s.runs) {
+    const bool half_idle = (run.halves & (kIdleHalf | (kIdleHalf << 1))) != 0;
+    cost += (half_idle ? kHalfIdleCost : 1.0) * (run.end - run.begin);
+  }
+  return cost;
 }
 
 bool local_walks(const std::vector<BwdItem>& items) {

@@ -40,6 +40,10 @@ struct TileSchedule {
   int32_t max_tiles = 0;        // the most scheduled tiles of one row tile: order's first one's
   int64_t full_tiles = 0, partial_tiles = 0;
   int64_t idle_halves = 0;  // 64-row halves of tiles that see nothing (the idle bits set, summed)
+  // Matched schedules only (build_matched_schedule), else empty: the 64-row block of each half of
+  // each row tile, 2 a tile (half h of tile t: key_blocks[2 t + h]). An odd count's last half names
+  // the block past the last row ((rows + 63) / 64), which sees nothing.
+  std::vector<int32_t> key_blocks;
 };
 
 // Of the 64-row halves of the schedule's tiles, the share that sees nothing (0 for no tiles): what
@@ -204,7 +208,35 @@ bool plain_walks(const std::vector<BwdItem>& items);
 constexpr double kAlikeWalkRatio = 1.25;
 bool alike_walks(const std::vector<BwdItem>& items);
 
-// Does the schedule make (row, col) visible? For tests: walks the runs of row's tile.
+// Does the schedule make (row, col) visible? For tests: walks the runs of row's tile. row counts
+// the schedule's rows (tile t's are t x tile_rows ..): in a matched schedule, schedule_row_key's.
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col);
+// The row of the mask (a key, in the backward) that row `row` of the schedule stands for: the same
+// row, or in a matched schedule its place in its half's block (a row past the end: rows or more).
+int64_t schedule_row_key(const TileSchedule& s, int64_t row);
+
+// Key-block matching, for the Hopper skip backward. A 128-key tile whose two 64-key halves see
+// different query tiles runs a half-idle iteration on every query tile that only one half sees,
+// and the skip kernel runs such an iteration at ~0.7 of a busy one for half its work (NOTES v30).
+// On a block-sparse mask of 64-token blocks kept at random, adjacent halves share a quarter of the
+// query tiles and two thirds of the iterations are half-idle; halves that see many of the same
+// query tiles, wherever their keys are, run more iterations busy and fewer in all.
+// match_key_blocks pairs the row tiles of a 64-row backward schedule (key blocks) greedily, the
+// pairs that see the most query tiles in common first (ties: lower blocks first, so that on masks
+// whose blocks are alike the pairs are the adjacent ones), and returns them as key_blocks (the
+// lower block first in each pair, pairs in order of their lower block); empty where there are
+// more than kMatchMostBlocks blocks (the pairs are O(blocks^2)).
+constexpr int32_t kMatchMostBlocks = 2048;
+std::vector<int32_t> match_key_blocks(const TileSchedule& narrow);
+// The 128-row schedule whose tile t is the 64-row tiles key_blocks[2 t] and key_blocks[2 t + 1] of
+// narrow (a 64-row schedule), with the same runs, bitmasks and half bits as build_schedule would
+// give that tile's keys.
+TileSchedule build_matched_schedule(const TileSchedule& narrow, std::vector<int32_t> key_blocks);
+// The modelled time of a 128-row backward schedule in the skip kernel: its tiles, those with one
+// idle half counted kHalfIdleCost (v30's rate: 0.7 of a busy iteration). plan() takes the matched
+// schedule where this is at least kMatchGain below the plain one's.
+constexpr double kHalfIdleCost = 0.7;
+constexpr double kMatchGain = 0.01;
+double skip_backward_cost(const TileSchedule& s);
 
 }  // namespace lca_flex_flash

@@ -117,93 +117,124 @@ void expect_split_walks(const TileSchedule& s, const std::vector<BwdItem>& items
   for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(seen[static_cast<size_t>(t)], 1) << "row tile " << t;
 }
 
+// s (rows: queries if by_query, else keys) against the mask's truth: every cell, the runs, full
+// tiles, half bits, shared bitmasks, the order; backward: the Hopper backward's blocks. A matched
+// schedule's rows are its blocks' keys (schedule_row_key).
+void expect_schedule_exact(const TileSchedule& s, const lca_mask& m, const std::vector<char>& truth, bool by_query) {
+  const int32_t tile_rows = s.tile_rows;
+  ASSERT_EQ(s.rows, by_query ? m.seqlen_q : m.seqlen_k);
+  auto visible = [&](int64_t r, int64_t x) {
+    const int64_t key = lca_flex_flash::schedule_row_key(s, r);
+    return key < s.rows && x < s.cols && (by_query ? truth[key * m.seqlen_k + x] : truth[x * m.seqlen_k + key]);
+  };
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < int64_t{s.row_tiles} * tile_rows; ++r)
+    for (int64_t c = 0; c < s.cols; ++c) {
+      const bool want = visible(r, c);
+      if (schedule_visible(s, r, c) != want && wrong++ < 5)
+        ADD_FAILURE() << "row " << r << " col " << c << ": schedule " << !want << ", mask " << want;
+    }
+  EXPECT_EQ(wrong, 0);
+  // Runs of a row tile are ordered and disjoint; full tiles are completely visible.
+  int64_t full = 0, partial = 0, idle_halves = 0;
+  for (int32_t t = 0; t < s.row_tiles; ++t) {
+    int32_t last_end = -1;
+    for (int32_t i = s.run_offsets[t]; i < s.run_offsets[t + 1]; ++i) {
+      const auto& run = s.runs[i];
+      ASSERT_LT(run.begin, run.end);
+      ASSERT_GE(run.begin, last_end) << "runs overlap or are out of order";
+      last_end = run.end;
+      (run.mask < 0 ? full : partial) += run.end - run.begin;
+      // Half bits: exactly the 64-row halves of 128-row tiles that see nothing (idle) or every
+      // column (full), the same for every tile of the run (a warpgroup that owns an idle half
+      // skips the tile, one that owns a full half skips the masking).
+      ASSERT_TRUE(run.halves == 0 || (tile_rows == 128 && run.mask >= 0)) << "half bits on a full or 64-row tile";
+      if (tile_rows == 128 && run.mask >= 0) {
+        EXPECT_NE(run.halves & (3 * kIdleHalf), 3 * kIdleHalf) << "a tile that sees nothing is scheduled";
+        EXPECT_NE(run.halves & (3 * kFullHalf), 3 * kFullHalf) << "a tile that sees everything is partial";
+        for (int32_t c = run.begin; c < run.end; ++c)
+          for (int h = 0; h < 2; ++h) {
+            bool seen = false, all = true;
+            for (int64_t r = int64_t{t} * 128 + 64 * h; r < int64_t{t} * 128 + 64 * (h + 1); ++r)
+              for (int64_t x = int64_t{c} * kTile; x < (c + 1) * int64_t{kTile}; ++x) {
+                const bool v = visible(r, x);
+                seen = seen || v;
+                all = all && v;
+              }
+            const std::string where = "row tile " + std::to_string(t) + " col tile " + std::to_string(c) + " half " + std::to_string(h);
+            ASSERT_EQ((run.halves >> h) & kIdleHalf, seen ? 0 : 1) << where;
+            ASSERT_EQ(((run.halves >> h) & kFullHalf) != 0, all) << where;
+            idle_halves += seen ? 0 : 1;
+          }
+      }
+      if (run.mask >= 0) continue;
+      for (int32_t c = run.begin; c < run.end; ++c)
+        for (int64_t r = int64_t{t} * tile_rows; r < (t + 1) * int64_t{tile_rows}; ++r)
+          for (int64_t x = int64_t{c} * kTile; x < (c + 1) * int64_t{kTile}; ++x) {
+            ASSERT_TRUE(lca_flex_flash::schedule_row_key(s, r) < s.rows && x < s.cols) << "a full tile reaches past the sequence";
+            ASSERT_TRUE(visible(r, x));
+          }
+    }
+  }
+  EXPECT_EQ(full, s.full_tiles);
+  EXPECT_EQ(partial, s.partial_tiles);
+  EXPECT_EQ(idle_halves, s.idle_halves);
+  // Bitmasks are shared between tiles with the same pattern: at most one per partial tile,
+  // and every run's masks lie inside the store.
+  EXPECT_LE(s.bits.size(), static_cast<size_t>(partial) * tile_rows);
+  EXPECT_EQ(s.bits.size() % tile_rows, 0u);
+  for (const auto& run : s.runs)
+    if (run.mask >= 0) ASSERT_LE(static_cast<size_t>(run.mask + run.end - run.begin) * tile_rows, s.bits.size());
+  std::vector<int32_t> sorted = s.order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(sorted[t], t) << "the order is not a permutation";
+  // The row tiles with runs come first (the persistent forward takes order's first busy_tiles).
+  for (int32_t i = 0; i < s.row_tiles; ++i)
+    ASSERT_EQ(i < s.busy_tiles, s.run_offsets[s.order[i]] < s.run_offsets[s.order[i] + 1]) << "order position " << i;
+  // max_tiles is the longest row tile's tiles, counted over its runs.
+  int32_t most = 0;
+  for (int32_t t = 0; t < s.row_tiles; ++t) {
+    int32_t tiles = 0;
+    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) tiles += s.runs[r].end - s.runs[r].begin;
+    most = std::max(most, tiles);
+  }
+  EXPECT_EQ(s.max_tiles, most);
+  if (!by_query)
+    for (auto [heads_kv, slots, pairing] : {std::tuple{8, 132, BwdPairing::kAuto}, std::tuple{1, 3, BwdPairing::kAuto},
+                                            std::tuple{2, 132, BwdPairing::kNone}, std::tuple{2, 132, BwdPairing::kAll}}) {
+      SCOPED_TRACE("items: heads_kv " + std::to_string(heads_kv) + " slots " + std::to_string(slots));
+      const auto items = backward_items(s, heads_kv, 8 / heads_kv, slots, pairing);
+      expect_items_partition(s, items);
+      expect_split_walks(s, items, 8 / heads_kv);
+    }
+}
+
+// Every 64-key block of the mask in exactly one half of a matched schedule's key tiles; an odd
+// count's last half is the block past the end.
+void expect_blocks_partition(const TileSchedule& s, int32_t blocks) {
+  ASSERT_EQ(s.key_blocks.size(), 2 * static_cast<size_t>(s.row_tiles));
+  std::vector<int> seen(static_cast<size_t>(blocks) + 1, 0);
+  for (const int32_t b : s.key_blocks) {
+    ASSERT_GE(b, 0);
+    ASSERT_LE(b, blocks);
+    ++seen[static_cast<size_t>(b)];
+  }
+  for (int32_t b = 0; b < blocks; ++b) ASSERT_EQ(seen[static_cast<size_t>(b)], 1) << "block " << b;
+  ASSERT_EQ(seen[static_cast<size_t>(blocks)], blocks % 2);
+}
+
 void expect_exact(const lca_mask& m, const std::string& label) {
   const std::vector<char> truth = lca::test::dense_truth(m);  // row-major over (q, k)
   for (auto [by_query, tile_rows] : {std::pair{true, 64}, std::pair{true, 128}, std::pair{false, 64}, std::pair{false, 128}}) {
     SCOPED_TRACE(label + (by_query ? " forward" : " backward") + " tile rows " + std::to_string(tile_rows));
-    const TileSchedule s = build_schedule(m, by_query, tile_rows);
-    ASSERT_EQ(s.rows, by_query ? m.seqlen_q : m.seqlen_k);
-    int64_t wrong = 0;
-    for (int64_t r = 0; r < s.rows; ++r)
-      for (int64_t c = 0; c < s.cols; ++c) {
-        const bool want = by_query ? truth[r * m.seqlen_k + c] : truth[c * m.seqlen_k + r];
-        if (schedule_visible(s, r, c) != want && wrong++ < 5)
-          ADD_FAILURE() << "row " << r << " col " << c << ": schedule " << !want << ", mask " << want;
-      }
-    EXPECT_EQ(wrong, 0);
-    // Runs of a row tile are ordered and disjoint; full tiles are completely visible.
-    int64_t full = 0, partial = 0, idle_halves = 0;
-    for (int32_t t = 0; t < s.row_tiles; ++t) {
-      int32_t last_end = -1;
-      for (int32_t i = s.run_offsets[t]; i < s.run_offsets[t + 1]; ++i) {
-        const auto& run = s.runs[i];
-        ASSERT_LT(run.begin, run.end);
-        ASSERT_GE(run.begin, last_end) << "runs overlap or are out of order";
-        last_end = run.end;
-        (run.mask < 0 ? full : partial) += run.end - run.begin;
-        // Half bits: exactly the 64-row halves of 128-row tiles that see nothing (idle) or every
-        // column (full), the same for every tile of the run (a warpgroup that owns an idle half
-        // skips the tile, one that owns a full half skips the masking).
-        ASSERT_TRUE(run.halves == 0 || (tile_rows == 128 && run.mask >= 0)) << "half bits on a full or 64-row tile";
-        if (tile_rows == 128 && run.mask >= 0) {
-          EXPECT_NE(run.halves & (3 * kIdleHalf), 3 * kIdleHalf) << "a tile that sees nothing is scheduled";
-          EXPECT_NE(run.halves & (3 * kFullHalf), 3 * kFullHalf) << "a tile that sees everything is partial";
-          for (int32_t c = run.begin; c < run.end; ++c)
-            for (int h = 0; h < 2; ++h) {
-              bool seen = false, all = true;
-              for (int64_t r = int64_t{t} * 128 + 64 * h; r < int64_t{t} * 128 + 64 * (h + 1); ++r)
-                for (int64_t x = int64_t{c} * kTile; x < (c + 1) * int64_t{kTile}; ++x) {
-                  const bool v = r < s.rows && x < s.cols && (by_query ? truth[r * m.seqlen_k + x] : truth[x * m.seqlen_k + r]);
-                  seen = seen || v;
-                  all = all && v;
-                }
-              const std::string where = "row tile " + std::to_string(t) + " col tile " + std::to_string(c) + " half " + std::to_string(h);
-              ASSERT_EQ((run.halves >> h) & kIdleHalf, seen ? 0 : 1) << where;
-              ASSERT_EQ(((run.halves >> h) & kFullHalf) != 0, all) << where;
-              idle_halves += seen ? 0 : 1;
-            }
-        }
-        if (run.mask >= 0) continue;
-        for (int32_t c = run.begin; c < run.end; ++c)
-          for (int64_t r = int64_t{t} * tile_rows; r < (t + 1) * int64_t{tile_rows}; ++r)
-            for (int64_t x = int64_t{c} * kTile; x < (c + 1) * int64_t{kTile}; ++x) {
-              ASSERT_TRUE(r < s.rows && x < s.cols) << "a full tile reaches past the sequence";
-              ASSERT_TRUE(by_query ? truth[r * m.seqlen_k + x] : truth[x * m.seqlen_k + r]);
-            }
-      }
-    }
-    EXPECT_EQ(full, s.full_tiles);
-    EXPECT_EQ(partial, s.partial_tiles);
-    EXPECT_EQ(idle_halves, s.idle_halves);
-    // Bitmasks are shared between tiles with the same pattern: at most one per partial tile,
-    // and every run's masks lie inside the store.
-    EXPECT_LE(s.bits.size(), static_cast<size_t>(partial) * tile_rows);
-    EXPECT_EQ(s.bits.size() % tile_rows, 0u);
-    for (const auto& run : s.runs)
-      if (run.mask >= 0) ASSERT_LE(static_cast<size_t>(run.mask + run.end - run.begin) * tile_rows, s.bits.size());
-    std::vector<int32_t> sorted = s.order;
-    std::sort(sorted.begin(), sorted.end());
-    for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(sorted[t], t) << "the order is not a permutation";
-    // The row tiles with runs come first (the persistent forward takes order's first busy_tiles).
-    for (int32_t i = 0; i < s.row_tiles; ++i)
-      ASSERT_EQ(i < s.busy_tiles, s.run_offsets[s.order[i]] < s.run_offsets[s.order[i] + 1]) << "order position " << i;
-    // max_tiles is the longest row tile's tiles, counted over its runs.
-    int32_t most = 0;
-    for (int32_t t = 0; t < s.row_tiles; ++t) {
-      int32_t tiles = 0;
-      for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) tiles += s.runs[r].end - s.runs[r].begin;
-      most = std::max(most, tiles);
-    }
-    EXPECT_EQ(s.max_tiles, most);
-    if (!by_query)
-      for (auto [heads_kv, slots, pairing] : {std::tuple{8, 132, BwdPairing::kAuto}, std::tuple{1, 3, BwdPairing::kAuto},
-                                              std::tuple{2, 132, BwdPairing::kNone}, std::tuple{2, 132, BwdPairing::kAll}}) {
-        SCOPED_TRACE("items: heads_kv " + std::to_string(heads_kv) + " slots " + std::to_string(slots));
-        const auto items = backward_items(s, heads_kv, 8 / heads_kv, slots, pairing);
-        expect_items_partition(s, items);
-        expect_split_walks(s, items, 8 / heads_kv);
-      }
+    expect_schedule_exact(build_schedule(m, by_query, tile_rows), m, truth, by_query);
   }
+  // The backward's key blocks matched into key tiles (match_key_blocks), wherever they are.
+  SCOPED_TRACE(label + " backward, matched key blocks");
+  const TileSchedule narrow = build_schedule(m, /*by_query=*/false, kTile);
+  const TileSchedule matched = lca_flex_flash::build_matched_schedule(narrow, lca_flex_flash::match_key_blocks(narrow));
+  expect_blocks_partition(matched, narrow.row_tiles);
+  expect_schedule_exact(matched, m, truth, /*by_query=*/false);
 }
 
 TEST(FlexSchedule, BuiltinPatternsAreExact) {
@@ -530,6 +561,50 @@ TEST(FlexSchedule, IdleHalvesPickTheSkippingBackwardForBlockSparseAndShortMasks)
 // so the default takes the skip kernel there up to kPlainSkipWalkLimit (64K: 6146 iterations, over
 // kSkipWalkLimit), and not at 80K (7682) and beyond, where it loses to the kernel without the
 // skip; walks that are not plain keep kSkipWalkLimit. Causal's blocks are pairs: not plain.
+// Key blocks matched into key tiles (match_key_blocks): on block_sparse, where the skip kernel runs,
+// the matched tiles hold the same busy 64-key halves in fewer tiles with fewer idle halves; the
+// default takes them there and nowhere else among these masks; on masks whose blocks are alike the
+// pairs are the adjacent blocks.
+TEST(FlexSchedule, MatchedKeyBlocksRunFewerHalfIdleIterationsOnBlockSparse) {
+  using lca_flex_flash::BwdMatch;
+  using lca_flex_flash::default_backward_schedule;
+  using lca_flex_flash::skip_backward_cost;
+  auto& p = BuiltinProvider::instance();
+  auto busy_halves = [](const TileSchedule& s) { return 2 * (s.full_tiles + s.partial_tiles) - s.idle_halves; };
+  for (const int64_t seqlen : {16384, 65536, 81920}) {
+    auto g = p.generate("block_sparse", "{}", seqlen, 42);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    const TileSchedule plain = default_backward_schedule(*g.mask, 2.0, 8, BwdMatch::kOff);
+    const TileSchedule chosen = default_backward_schedule(*g.mask, 2.0, 8, BwdMatch::kAuto);
+    if (seqlen > 65536) {  // past the skip kernel's walk limit: no match
+      EXPECT_TRUE(chosen.key_blocks.empty()) << seqlen;
+      continue;
+    }
+    ASSERT_FALSE(chosen.key_blocks.empty()) << seqlen;
+    expect_blocks_partition(chosen, static_cast<int32_t>(seqlen / kTile));
+    EXPECT_EQ(busy_halves(chosen), busy_halves(plain)) << seqlen;
+    EXPECT_LT(chosen.full_tiles + chosen.partial_tiles, plain.full_tiles + plain.partial_tiles) << seqlen;
+    EXPECT_LT(chosen.idle_halves, plain.idle_halves) << seqlen;
+    EXPECT_LE(skip_backward_cost(chosen), (1.0 - lca_flex_flash::kMatchGain) * skip_backward_cost(plain)) << seqlen;
+    EXPECT_TRUE(lca_flex_flash::plain_walks(
+        lca_flex_flash::default_backward_blocks(chosen, 8, 8, 132, BwdPairing::kAuto).items));
+  }
+  for (const char* name : {"full", "causal", "sliding_window", "sliding_window_causal", "global_sliding"}) {
+    auto g = p.generate(name, "{}", 16384, 42);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    EXPECT_TRUE(default_backward_schedule(*g.mask, 2.0, 8, BwdMatch::kAuto).key_blocks.empty()) << name;
+  }
+  auto full = p.generate("full", "{}", 4096, 42);
+  ASSERT_EQ(full.status, LCA_OK) << full.error;
+  const TileSchedule forced = default_backward_schedule(*full.mask, 2.0, 8, BwdMatch::kOn);
+  ASSERT_EQ(forced.key_blocks.size(), 64u);
+  for (int32_t b = 0; b < 64; ++b) EXPECT_EQ(forced.key_blocks[static_cast<size_t>(b)], b);
+  // Too many blocks to pair: none matched.
+  const lca_slice one{0, 256 * 1024, 0, 256 * 1024, LCA_SLICE_FULL, 0};
+  const lca_mask wide{sizeof(lca_mask), 256 * 1024, 256 * 1024, 1, &one, nullptr, 0, nullptr};
+  EXPECT_TRUE(lca_flex_flash::match_key_blocks(build_schedule(wide, /*by_query=*/false, kTile)).empty());
+}
+
 TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
   auto& p = BuiltinProvider::instance();
   for (const int64_t seqlen : {16384, 65536, 81920}) {

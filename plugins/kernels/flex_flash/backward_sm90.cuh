@@ -18,7 +18,10 @@
 // fragment with fp32 atomics instead.
 // Where a consumer's 64 keys see nothing of a query tile (TileRun::halves: block-sparse masks of
 // 64-token blocks), the skip kernel's consumer runs only its dQ GEMM, and both consumers' dQ GEMMs
-// span the busy half's 64 keys; the other's GEMMs then have the tensor cores to themselves.
+// span the busy half's 64 keys; the other's GEMMs then have the tensor cores to themselves. That
+// kernel loads K and V by 64-key blocks, so that a key tile's two halves may be any two blocks
+// (a matched schedule, TileSchedule::key_blocks: blocks that see many of the same query tiles
+// share a tile, and fewer iterations are half-idle).
 // A block runs one item of the schedule (BwdItem, backward_items) for one kv head: one key tile
 // or two, one after the other (K and V loaded again between them), each over its query tiles and
 // the group's heads in the item's order (KeyTileWalk).

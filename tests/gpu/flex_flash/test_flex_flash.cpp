@@ -165,8 +165,9 @@ void expect_matches_gpu_reference(const Problem& p, uint64_t seed) {
 
 // block_sparse at 8K with heads 16:8: the backward's 64 key tiles x 8 kv heads make 512 blocks, so
 // most start after the first wave; the default skip backward starts those where the running blocks
-// of their kv head are and wraps round their walk (backward_sm90.cuh, plain walks). The forward is
-// the pair kernel (group 2).
+// of their kv head are and wraps round their walk (backward_sm90.cuh, plain walks); its key tiles
+// are matched 64-key blocks (test_flex_schedule checks that the default matches them). The forward
+// is the pair kernel (group 2).
 TEST(FlexFlash, LateBlocksOfTheSkipBackwardMatchTheGpuReference) {
   LCA_SKIP_WITHOUT_GPU();
   const int64_t s = 8192;

@@ -589,6 +589,10 @@ TEST(FlexSchedule, MatchedKeyBlocksRunFewerHalfIdleIterationsOnBlockSparse) {
     EXPECT_TRUE(lca_flex_flash::plain_walks(
         lca_flex_flash::default_backward_blocks(chosen, 8, 8, 132, BwdPairing::kAuto).items));
   }
+  // test_flex_flash's 8K case (heads 16:8) runs matched key tiles.
+  auto small = p.generate("block_sparse", "{}", 8192, 5);
+  ASSERT_EQ(small.status, LCA_OK) << small.error;
+  EXPECT_FALSE(default_backward_schedule(*small.mask, 2.0, 2, BwdMatch::kAuto).key_blocks.empty());
   for (const char* name : {"full", "causal", "sliding_window", "sliding_window_causal", "global_sliding"}) {
     auto g = p.generate(name, "{}", 16384, 42);
     ASSERT_EQ(g.status, LCA_OK) << g.error;

@@ -578,6 +578,10 @@ inline const std::string& backward_variant() {
 
 inline bool sm90_backward_available() { return backward_variant() != "mma" && sm90_device(); }
 
+// Whether a matched backward schedule (TileSchedule::key_blocks), which runs the skip kernel, may run
+// under LCA_FLEX_BACKWARD = v: unset, sm90 or sm90_skip (backward_match gives the others none).
+inline bool variant_runs_matched(const std::string& v) { return v.empty() || v == "sm90" || v == "sm90_skip"; }
+
 template <class T, int D, bool kTmaDq, bool kSkipIdle = false, bool kRotate = kSkipIdle>
 void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, cudaStream_t stream) {
   using L = Sm90BwdLayout<T, D, kTmaDq>;
@@ -594,7 +598,7 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   const std::string& v = backward_variant();
   // A matched schedule (key_blocks: plan() makes one only for the default or sm90_skip) runs the
   // skip kernel, the one that loads K and V by 64-key blocks.
-  if (p.sched.key_blocks != nullptr && ((v != "" && v != "sm90" && v != "sm90_skip") || p.split_count > 0))
+  if (p.sched.key_blocks != nullptr && (!variant_runs_matched(v) || p.split_count > 0))
     throw lca::Error(LCA_ERR_INTERNAL, "flex_flash: a matched backward schedule outside the skip kernel");
   const Sm90Backward kernel =
       v == "sm90_atomic"             ? Sm90Backward::noskip

@@ -55,8 +55,7 @@ BwdSplit backward_split() {
 
 BwdMatch backward_match() {
   static const std::string v = dev::variant_env("LCA_FLEX_BWD_MATCH", "off on");
-  const std::string& kernel = dev::backward_variant();
-  if (v == "off" || !dev::sm90_backward_available() || (kernel != "" && kernel != "sm90" && kernel != "sm90_skip"))
+  if (v == "off" || !dev::sm90_backward_available() || !dev::variant_runs_matched(dev::backward_variant()))
     return BwdMatch::kOff;
   return v == "on" ? BwdMatch::kOn : BwdMatch::kAuto;
 }

@@ -139,6 +139,56 @@ void set_bits(uint64_t* word, int64_t lo, int64_t hi) {
   *word |= upper & ~lower;
 }
 
+// Column tile `col` of row tile t (the row tile being built: its runs are s.runs' last ones), fully
+// visible: onto the last run if that one is full and ends there.
+void add_full_tile(TileSchedule& s, int32_t t, int32_t col) {
+  TileRun* last = s.runs.size() > static_cast<size_t>(s.run_offsets[t]) ? &s.runs.back() : nullptr;
+  if (last != nullptr && last->mask < 0 && last->end == col) ++last->end;
+  else s.runs.push_back(TileRun{col, col + 1, -1, 0});
+  ++s.full_tiles;
+}
+
+// Column tile `col` of row tile t, partial: its bitmask (s.tile_rows words) stored once in the
+// schedule's store, its half bits (128-row tiles), and onto the last run if that one is partial, ends
+// there, has the same half bits and its masks continue into this one's.
+void add_partial_tile(TileSchedule& s, PatternStore& patterns, int32_t t, int32_t col, const uint64_t* pattern) {
+  const int64_t rows = s.tile_rows;
+  const int32_t index = patterns.intern(pattern, rows, s.bits);
+  int32_t halves = 0;
+  if (rows == 2 * kTile) {
+    for (int h = 0; h < 2; ++h) {
+      const uint64_t* first = pattern + h * kTile;
+      if (std::all_of(first, first + kTile, [](uint64_t w) { return w == 0; })) halves |= kIdleHalf << h;
+      // Every column of every row (a half past the last row or column has zero words).
+      if (std::all_of(first, first + kTile, [](uint64_t w) { return w == ~uint64_t{0}; })) halves |= kFullHalf << h;
+    }
+  }
+  TileRun* last = s.runs.size() > static_cast<size_t>(s.run_offsets[t]) ? &s.runs.back() : nullptr;
+  if (last != nullptr && last->mask >= 0 && last->end == col && last->mask + (last->end - last->begin) == index &&
+      last->halves == halves)
+    ++last->end;
+  else s.runs.push_back(TileRun{col, col + 1, index, halves});
+  ++s.partial_tiles;
+  s.idle_halves += (halves & kIdleHalf) + ((halves >> 1) & kIdleHalf);
+}
+
+// Row tile t's runs are all added: its end in run_offsets.
+void end_row_tile(TileSchedule& s, int32_t t) {
+  lca::require(s.runs.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()), LCA_ERR_UNSUPPORTED,
+               "flex_flash: the mask needs more tile runs than 32-bit run offsets hold");
+  s.run_offsets[static_cast<size_t>(t) + 1] = static_cast<int32_t>(s.runs.size());
+}
+
+// The launch order (most tiles first: cost[t] is row tile t's tiles), busy_tiles and max_tiles.
+void finish_order(TileSchedule& s, const std::vector<int64_t>& cost) {
+  s.order.resize(static_cast<size_t>(s.row_tiles));
+  std::iota(s.order.begin(), s.order.end(), 0);
+  std::stable_sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) { return cost[a] > cost[b]; });
+  // A row tile has runs exactly where it has cost, so the sort put those without last.
+  for (int32_t t = 0; t < s.row_tiles; ++t) s.busy_tiles += s.run_offsets[t] < s.run_offsets[t + 1];
+  if (s.row_tiles > 0) s.max_tiles = static_cast<int32_t>(cost[static_cast<size_t>(s.order[0])]);
+}
+
 }  // namespace
 
 TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_rows) {
@@ -279,45 +329,17 @@ TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_ro
         for (int32_t i = 0; i < n; ++i) {
           const uint64_t* pattern = &scratch[static_cast<size_t>(i) * R];
           const int32_t col = x + i;
-          TileRun* last = s.runs.size() > static_cast<size_t>(s.run_offsets[t]) ? &s.runs.back() : nullptr;
           const bool inside = whole && (int64_t{col} + 1) * kTileCols <= s.cols;
-          if (inside && std::all_of(pattern, pattern + R, [](uint64_t w) { return w == ~uint64_t{0}; })) {
-            if (last != nullptr && last->mask < 0 && last->end == col) ++last->end;
-            else s.runs.push_back(TileRun{col, col + 1, -1, 0});
-            ++s.full_tiles;
-            continue;
-          }
-          const int32_t index = patterns.intern(pattern, R, s.bits);
-          int32_t halves = 0;
-          if (R == 2 * kTile) {
-            for (int h = 0; h < 2; ++h) {
-              const uint64_t* first = pattern + h * kTile;
-              if (std::all_of(first, first + kTile, [](uint64_t w) { return w == 0; })) halves |= kIdleHalf << h;
-              // Every column of every row (a half past the last row or column has zero words).
-              if (std::all_of(first, first + kTile, [](uint64_t w) { return w == ~uint64_t{0}; }))
-                halves |= kFullHalf << h;
-            }
-          }
-          if (last != nullptr && last->mask >= 0 && last->end == col &&
-              last->mask + (last->end - last->begin) == index && last->halves == halves)
-            ++last->end;
-          else s.runs.push_back(TileRun{col, col + 1, index, halves});
-          ++s.partial_tiles;
-          s.idle_halves += (halves & kIdleHalf) + ((halves >> 1) & kIdleHalf);
+          if (inside && std::all_of(pattern, pattern + R, [](uint64_t w) { return w == ~uint64_t{0}; }))
+            add_full_tile(s, t, col);
+          else add_partial_tile(s, patterns, t, col, pattern);
         }
       }
       cost[t] += y - x;
     }
-    lca::require(s.runs.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()), LCA_ERR_UNSUPPORTED,
-                 "flex_flash: the mask needs more tile runs than 32-bit run offsets hold");
-    s.run_offsets[t + 1] = static_cast<int32_t>(s.runs.size());
+    end_row_tile(s, t);
   }
-  s.order.resize(static_cast<size_t>(s.row_tiles));
-  std::iota(s.order.begin(), s.order.end(), 0);
-  std::stable_sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) { return cost[a] > cost[b]; });
-  // A row tile has runs exactly where it has cost, so the sort put those without last.
-  for (int32_t t = 0; t < s.row_tiles; ++t) s.busy_tiles += s.run_offsets[t] < s.run_offsets[t + 1];
-  if (s.row_tiles > 0) s.max_tiles = static_cast<int32_t>(cost[static_cast<size_t>(s.order[0])]);
+  finish_order(s, cost);
   return s;
 }
 
@@ -627,37 +649,13 @@ TileSchedule build_matched_schedule(const TileSchedule& narrow, std::vector<int3
         }
         if (++cur[h].begin == cur[h].end && ++at[h].run < at[h].end) load(h);
       }
-      TileRun* last = s.runs.size() > static_cast<size_t>(s.run_offsets[t]) ? &s.runs.back() : nullptr;
       ++cost[static_cast<size_t>(t)];
-      if (full) {  // both halves full tiles of narrow: whole blocks, inside the columns
-        if (last != nullptr && last->mask < 0 && last->end == c) ++last->end;
-        else s.runs.push_back(TileRun{c, c + 1, -1, 0});
-        ++s.full_tiles;
-        continue;
-      }
-      const int32_t index = patterns.intern(pattern, 2 * kTile, s.bits);
-      int32_t halves = 0;
-      for (int h = 0; h < 2; ++h) {
-        const uint64_t* first = pattern + h * kTile;
-        if (std::all_of(first, first + kTile, [](uint64_t w) { return w == 0; })) halves |= kIdleHalf << h;
-        if (std::all_of(first, first + kTile, [](uint64_t w) { return w == ~uint64_t{0}; })) halves |= kFullHalf << h;
-      }
-      if (last != nullptr && last->mask >= 0 && last->end == c && last->mask + (last->end - last->begin) == index &&
-          last->halves == halves)
-        ++last->end;
-      else s.runs.push_back(TileRun{c, c + 1, index, halves});
-      ++s.partial_tiles;
-      s.idle_halves += (halves & kIdleHalf) + ((halves >> 1) & kIdleHalf);
+      if (full) add_full_tile(s, t, c);  // both halves full tiles of narrow: whole blocks, inside the columns
+      else add_partial_tile(s, patterns, t, c, pattern);
     }
-    lca::require(s.runs.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()), LCA_ERR_UNSUPPORTED,
-                 "flex_flash: the mask needs more tile runs than 32-bit run offsets hold");
-    s.run_offsets[static_cast<size_t>(t) + 1] = static_cast<int32_t>(s.runs.size());
+    end_row_tile(s, t);
   }
-  s.order.resize(static_cast<size_t>(s.row_tiles));
-  std::iota(s.order.begin(), s.order.end(), 0);
-  std::stable_sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) { return cost[a] > cost[b]; });
-  for (int32_t t = 0; t < s.row_tiles; ++t) s.busy_tiles += s.run_offsets[t] < s.run_offsets[t + 1];
-  if (s.row_tiles > 0) s.max_tiles = static_cast<int32_t>(cost[static_cast<size_t>(s.order[0])]);
+  finish_order(s, cost);
   s.key_blocks = std::move(key_blocks);
   return s;
 }

@@ -150,7 +150,7 @@ class FlexFlash final : public lca::IKernel {
     auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, split, local, match,
                                                sms] {
       const int32_t group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
-      Bwd b{default_backward_schedule(mask, bwd_speedup, group, match), {}, {}};
+      Bwd b{default_backward_schedule(mask, bwd_speedup, group, heads_kv, sms, match), {}, {}};
       b.blocks = default_backward_blocks(b.sched, heads_kv, group, sms, pairing, local, split, together);
       b.split_tiles = place_split_walks(b.sched, b.blocks.items);  // the parts' own row tiles, if any
       return b;

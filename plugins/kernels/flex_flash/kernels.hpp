@@ -240,9 +240,10 @@ inline int32_t default_kv_heads_together(const TileSchedule& s, const std::vecto
 
 // The backward schedule as plan() makes it: build_adaptive_schedule's, or (`match`, backward_match)
 // its key blocks matched into key tiles (build_matched_schedule) where the default takes the skip
-// kernel on it and the match lowers the modelled time (skip_backward_cost) by kMatchGain, or
-// everywhere (kOn). test_flex_schedule checks the builtin masks' choices through this function.
-inline TileSchedule default_backward_schedule(const lca_mask& mask, double wide_speedup, int32_t group, BwdMatch match) {
+// kernel on it and the match lowers the modelled time (skip_backward_cost, its blocks on `slots` SMs)
+// by kMatchGain, or everywhere (kOn). test_flex_schedule checks the builtin masks' choices through this function.
+inline TileSchedule default_backward_schedule(const lca_mask& mask, double wide_speedup, int32_t group, int32_t heads_kv,
+                                              int32_t slots, BwdMatch match) {
   TileSchedule s = build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, wide_speedup);
   if (match == BwdMatch::kOff || s.tile_rows != kBwdKeys) return s;
   if (match == BwdMatch::kAuto && !default_sm90_skip_backward(idle_share(s), mean_tiles(s) * group, /*plain_walks=*/true))
@@ -251,7 +252,9 @@ inline TileSchedule default_backward_schedule(const lca_mask& mask, double wide_
   std::vector<int32_t> blocks = match_key_blocks(narrow);
   if (blocks.empty()) return s;
   TileSchedule matched = build_matched_schedule(narrow, std::move(blocks));
-  if (match == BwdMatch::kOn || skip_backward_cost(matched) <= (1.0 - kMatchGain) * skip_backward_cost(s)) return matched;
+  if (match == BwdMatch::kOn ||
+      skip_backward_cost(matched, heads_kv, slots) <= (1.0 - kMatchGain) * skip_backward_cost(s, heads_kv, slots))
+    return matched;
   return s;
 }
 

@@ -660,13 +660,19 @@ TileSchedule build_matched_schedule(const TileSchedule& narrow, std::vector<int3
   return s;
 }
 
-double skip_backward_cost(const TileSchedule& s) {
-  double cost = 0.0;
-  for (const TileRun& run : s.runs) {
-    const bool half_idle = (run.halves & (kIdleHalf | (kIdleHalf << 1))) != 0;
-    cost += (half_idle ? kHalfIdleCost : 1.0) * (run.end - run.begin);
+double skip_backward_cost(const TileSchedule& s, int32_t heads_kv, int32_t slots) {
+  double total = 0.0, dearest = 0.0;
+  for (int32_t t = 0; t < s.row_tiles; ++t) {
+    double tile = 0.0;
+    for (int32_t r = s.run_offsets[static_cast<size_t>(t)]; r < s.run_offsets[static_cast<size_t>(t) + 1]; ++r) {
+      const TileRun& run = s.runs[static_cast<size_t>(r)];
+      const bool half_idle = (run.halves & (kIdleHalf | (kIdleHalf << 1))) != 0;
+      tile += (half_idle ? kHalfIdleCost : 1.0) * (run.end - run.begin);
+    }
+    total += tile;
+    dearest = std::max(dearest, tile);
   }
-  return cost;
+  return std::max(total * std::max(heads_kv, 1) / std::max(slots, 1), dearest);
 }
 
 bool local_walks(const std::vector<BwdItem>& items) {

@@ -232,11 +232,17 @@ std::vector<int32_t> match_key_blocks(const TileSchedule& narrow);
 // narrow (a 64-row schedule), with the same runs, bitmasks and half bits as build_schedule would
 // give that tile's keys.
 TileSchedule build_matched_schedule(const TileSchedule& narrow, std::vector<int32_t> key_blocks);
-// The modelled time of a 128-row backward schedule in the skip kernel: its tiles, those with one
-// idle half counted kHalfIdleCost (v30's rate: 0.7 of a busy iteration). plan() takes the matched
-// schedule where this is at least kMatchGain below the plain one's.
+// The modelled time of a 128-row backward schedule in the skip kernel, in iterations of one query
+// head: a key tile costs its tiles, those with one idle half counted kHalfIdleCost (v30's rate: 0.7
+// of a busy iteration), and the blocks (a key tile and a kv head each) go onto `slots` SMs, so the
+// time is the larger of the whole cost over the slots and the dearest key tile (a short mask's
+// blocks fill at most a wave, and the longest walk is the time). plan() takes the matched schedule
+// where this is at least kMatchGain below the plain one's. Measured (H100, NOTES v33, heads 64:8 at
+// 1K-2K), matched against plain: shared_question at 2K 0.83x (its dearest tile 24.5 -> 29.9),
+// causal_document and prefix_lm_document at 1K 0.91x / 0.90x (7.7 -> 8.7, 8.4 -> 9.0), whose summed
+// cost alone fell 2-4%; block_sparse at 16K-64K (the sum's term) 1.02-1.04x (v32).
 constexpr double kHalfIdleCost = 0.7;
 constexpr double kMatchGain = 0.01;
-double skip_backward_cost(const TileSchedule& s);
+double skip_backward_cost(const TileSchedule& s, int32_t heads_kv, int32_t slots);
 
 }  // namespace lca_flex_flash

@@ -637,6 +637,56 @@ TEST(FlexSchedule, ShortMasksKeepTheirAdjacentKeyBlocksWhereTheLongestWalkIsTheT
   EXPECT_TRUE(default_backward_schedule(*g.mask, 2.0, 8, 1, 132, BwdMatch::kAuto).key_blocks.empty());
 }
 
+// Causal-like masks at 1K-2K: backward_items' blocks (pairs, or single tiles walking down with heads
+// inner) fill under a wave of 132 SMs with 8 kv heads, and the longest walk is the time; the default
+// takes plain single tiles there, their long walks split (unpaired_under_a_wave). From 4K (128 blocks
+// of pairs, simulated within 2% of unpaired) the pairs stay, as do the blocks of masks that are
+// not causal-like, and of the skip kernel's masks.
+TEST(FlexSchedule, CausalLikeMasksUnderAWaveSplitSingleTiles) {
+  using lca_flex_flash::BwdLocal;
+  using lca_flex_flash::BwdMatch;
+  auto& p = BuiltinProvider::instance();
+  auto pairs = [](const std::vector<BwdItem>& v) {
+    return std::count_if(v.begin(), v.end(), [](const BwdItem& it) { return it.tiles[1] >= 0; });
+  };
+  for (const char* name : {"causal", "causal_blockwise", "prefix_lm_causal"}) {
+    for (const int64_t seqlen : {1024, 2048, 4096, 16384}) {
+      auto g = p.generate(name, "{}", seqlen, 42);
+      ASSERT_EQ(g.status, LCA_OK) << g.error;
+      const TileSchedule s = lca_flex_flash::default_backward_schedule(*g.mask, 2.0, 8, 8, 132, BwdMatch::kAuto);
+      const std::vector<BwdItem> before = backward_items(s, 8, 8, 132, BwdPairing::kAuto, BwdLocal::kAuto);
+      const auto blocks = lca_flex_flash::default_backward_blocks(s, 8, 8, 132, BwdPairing::kAuto);
+      if (seqlen <= 2048) {
+        EXPECT_FALSE(lca_flex_flash::plain_walks(before)) << name << " " << seqlen;
+        EXPECT_EQ(pairs(blocks.items), 0) << name << " " << seqlen;
+        EXPECT_TRUE(std::any_of(blocks.items.begin(), blocks.items.end(), [](const BwdItem& it) { return it.slot >= 0; }))
+            << name << " " << seqlen << ": split";
+        EXPECT_GT(blocks.items.size(), before.size()) << name << " " << seqlen;
+      } else {
+        EXPECT_EQ(pairs(blocks.items), pairs(before)) << name << " " << seqlen;
+        EXPECT_GT(pairs(blocks.items), 0) << name << " " << seqlen;
+      }
+      // Every key tile exactly once (split parts: one tile, counted once).
+      std::vector<int> seen(static_cast<size_t>(s.row_tiles), 0);
+      for (const BwdItem& it : blocks.items) {
+        if (it.slot < 0 || it.from_tile == 0) ++seen[static_cast<size_t>(it.tiles[0])];
+        if (it.tiles[1] >= 0) ++seen[static_cast<size_t>(it.tiles[1])];
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), s.row_tiles) << name << " " << seqlen;
+    }
+  }
+  // The skip kernel's (causal_document at 1K) and forced pairing keep their blocks.
+  auto d = p.generate("causal_document", "{}", 1024, 42);
+  ASSERT_EQ(d.status, LCA_OK) << d.error;
+  const TileSchedule ds = lca_flex_flash::default_backward_schedule(*d.mask, 2.0, 8, 8, 132, BwdMatch::kAuto);
+  EXPECT_EQ(lca_flex_flash::default_backward_blocks(ds, 8, 8, 132, BwdPairing::kAuto).items.size(),
+            backward_items(ds, 8, 8, 132, BwdPairing::kAuto, BwdLocal::kAuto).size());
+  auto c = p.generate("causal", "{}", 1024, 42);
+  ASSERT_EQ(c.status, LCA_OK) << c.error;
+  const TileSchedule cs = lca_flex_flash::default_backward_schedule(*c.mask, 2.0, 8, 8, 132, BwdMatch::kAuto);
+  EXPECT_GT(pairs(lca_flex_flash::default_backward_blocks(cs, 8, 8, 132, BwdPairing::kAll).items), 0);
+}
+
 TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
   auto& p = BuiltinProvider::instance();
   for (const int64_t seqlen : {16384, 65536, 81920}) {

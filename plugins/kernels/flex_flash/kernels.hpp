@@ -285,8 +285,9 @@ inline std::vector<BwdItem> unpaired_under_a_wave(const TileSchedule& s, const s
 // The Hopper backward's blocks and their order as plan() makes them, before place_split_walks:
 // backward_items, in the document-local order (`local`, LCA_FLEX_BWD_LOCAL) but not where the skip
 // kernel may run (its plain walks rotate instead); on 128-key schedules, long walks split (`split`,
-// LCA_FLEX_BWD_SPLIT) but not where the default takes the skip kernel; kv heads together by
-// default_kv_heads_together, or `together` where over 0 (LCA_FLEX_BWD_ORDER). test_flex_schedule
+// LCA_FLEX_BWD_SPLIT) but not where the default takes the skip kernel; where every choice is the
+// default's, causal-like blocks that fit in one wave as unpaired_under_a_wave gives them; kv heads
+// together by default_kv_heads_together, or `together` where over 0 (LCA_FLEX_BWD_ORDER). test_flex_schedule
 // checks the builtin masks' choices through this same function.
 struct BackwardBlocks {
   std::vector<BwdItem> items;

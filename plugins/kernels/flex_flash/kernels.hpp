@@ -242,7 +242,8 @@ inline int32_t default_kv_heads_together(const TileSchedule& s, const std::vecto
 // The backward schedule as plan() makes it: build_adaptive_schedule's, or (`match`, backward_match)
 // its key blocks matched into key tiles (build_matched_schedule) where the default takes the skip
 // kernel on it and the match lowers the modelled time (skip_backward_cost, its blocks on `slots` SMs)
-// by kMatchGain, or everywhere (kOn). test_flex_schedule checks the builtin masks' choices through this function.
+// by kMatchGain, or everywhere (kOn). test_flex_schedule checks the builtin masks' choices through
+// this function.
 inline TileSchedule default_backward_schedule(const lca_mask& mask, double wide_speedup, int32_t group, int32_t heads_kv,
                                               int32_t slots, BwdMatch match) {
   TileSchedule s = build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, wide_speedup);

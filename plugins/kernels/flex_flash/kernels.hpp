@@ -273,14 +273,16 @@ inline TileSchedule default_backward_schedule(const lca_mask& mask, double wide_
 constexpr double kUnpairGain = 0.2;
 inline std::vector<BwdItem> unpaired_under_a_wave(const TileSchedule& s, const std::vector<BwdItem>& blocks,
                                                   int32_t heads_kv, int32_t group, int32_t slots, BwdLocal local) {
-  if (slots <= 0 || blocks.empty() || plain_walks(blocks) || static_cast<int64_t>(blocks.size()) * heads_kv > slots)
-    return {};
+  // Already plain single tiles (split or not): nothing to unpair.
+  const bool single_already =
+      std::all_of(blocks.begin(), blocks.end(), [](const BwdItem& it) { return it.tiles[1] < 0 && it.flags == 0; });
+  if (slots <= 0 || blocks.empty() || single_already || static_cast<int64_t>(blocks.size()) * heads_kv > slots) return {};
   std::vector<BwdItem> single = split_long_walks(backward_items(s, heads_kv, group, slots, BwdPairing::kNone, local),
                                                  heads_kv, group, slots);
-  auto time = [&](const std::vector<BwdItem>& v) {
-    return double(simulated_order_makespan(v, heads_kv, group, slots, kv_heads_together(v, heads_kv, group, slots)));
-  };
-  return time(single) * (1.0 + kUnpairGain) <= time(blocks) ? single : std::vector<BwdItem>{};
+  return double(simulated_default_makespan(single, heads_kv, group, slots)) * (1.0 + kUnpairGain) <=
+                 double(simulated_default_makespan(blocks, heads_kv, group, slots))
+             ? single
+             : std::vector<BwdItem>{};
 }
 
 // The Hopper backward's blocks and their order as plan() makes them, before place_split_walks:

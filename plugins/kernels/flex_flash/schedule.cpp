@@ -403,6 +403,10 @@ int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t head
   return simulated_makespan(costs, slots);
 }
 
+int64_t simulated_default_makespan(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots) {
+  return simulated_order_makespan(items, heads_kv, group, slots, kv_heads_together(items, heads_kv, group, slots));
+}
+
 int32_t kv_heads_together(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots) {
   if (slots <= 0 || items.empty() || local_walks(items)) return 1;
   int64_t longest = 0;
@@ -740,9 +744,7 @@ std::vector<BwdItem> split_long_walks(const std::vector<BwdItem>& items, int32_t
     if (splittable(it)) longest = std::max(longest, item_iterations(it, group));
   if (longest == 0) return items;
   // Each in the order kv_heads_together gives it.
-  auto makespan = [&](const std::vector<BwdItem>& v) {
-    return simulated_order_makespan(v, heads_kv, group, slots, kv_heads_together(v, heads_kv, group, slots));
-  };
+  auto makespan = [&](const std::vector<BwdItem>& v) { return simulated_default_makespan(v, heads_kv, group, slots); };
   const int64_t whole = makespan(items);
   std::vector<BwdItem> best = items;
   int64_t best_time = whole;

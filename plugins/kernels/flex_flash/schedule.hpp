@@ -194,6 +194,9 @@ int32_t kv_heads_together(const std::vector<BwdItem>& items, int32_t heads_kv, i
 // When the last block ends if the items go out with g kv heads together (simulated; for the tests).
 int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots,
                                  int32_t g);
+// The same with g as kv_heads_together gives it for the items (the order the kernel without the skip
+// runs them in): what split_long_walks and unpaired_under_a_wave (kernels.hpp) compare.
+int64_t simulated_default_makespan(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots);
 
 // Whether every block walks one key tile up with heads outer (no pairs, no flags, no split): the
 // Hopper skip backward starts such walks where the running blocks of their kv head are (kernels.hpp,

@@ -812,14 +812,13 @@ TEST(FlexSchedule, LongItemsOfFewKeyTilesGoOutWithKvHeadsTogether) {
 TEST(FlexSchedule, LongWalksAreSplitWhereTheyEndTheBackwardLate) {
   using lca_flex_flash::item_cost;
   using lca_flex_flash::kv_heads_together;
-  using lca_flex_flash::simulated_order_makespan;
   using lca_flex_flash::split_long_walks;
   auto& p = BuiltinProvider::instance();
   // The simulated dispatch, in the order kv_heads_together picks, as a share of the work's bound.
   auto share = [](const std::vector<BwdItem>& items) {
     int64_t work = 0;
     for (const BwdItem& it : items) work += item_cost(it, 8) * 8;
-    return double(work) / 132 / double(simulated_order_makespan(items, 8, 8, 132, kv_heads_together(items, 8, 8, 132)));
+    return double(work) / 132 / double(lca_flex_flash::simulated_default_makespan(items, 8, 8, 132));
   };
   auto split_of = [&](const std::string& name, int64_t seqlen, double* before, double* after) {
     auto g = p.generate(name, "{}", seqlen, 42);

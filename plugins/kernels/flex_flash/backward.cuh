@@ -232,7 +232,8 @@ struct RowLanes {
 };
 
 // delta[h][q] = sum_d dO[q, h, d] * O[q, h, d], and the row's fp32 dQ accumulator set to zero
-// (the main kernels add into it).
+// (the main kernels add into it), except in query tiles that have a first writer (p.dq_first),
+// whose store comes first.
 template <class T, int D>
 __global__ void __launch_bounds__(256) prepare_kernel(const BwdParams p) {
   using R = RowLanes<D>;
@@ -245,8 +246,10 @@ __global__ void __launch_bounds__(256) prepare_kernel(const BwdParams p) {
   const uint4 o = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.o) + row * p.o_tok + h * p.o_head + col);
   const uint4 d_o =
       *reinterpret_cast<const uint4*>(static_cast<const T*>(p.d_o) + row * p.do_tok + h * p.do_head + col);
-  float4* acc = reinterpret_cast<float4*>(p.dq_accum + int64_t{pair} * D + col);
-  acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (p.dq_first == nullptr || p.dq_first[row / kTile] < 0) {
+    float4* acc = reinterpret_cast<float4*>(p.dq_accum + int64_t{pair} * D + col);
+    acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   const uint32_t ow[4] = {o.x, o.y, o.z, o.w}, dw[4] = {d_o.x, d_o.y, d_o.z, d_o.w};
   float sum = 0.f;
 #pragma unroll
@@ -303,8 +306,13 @@ __global__ void __launch_bounds__(256) kv_kernel(const BwdParams p) {
 }
 
 template <class T, int D>
-void run_backward(const BwdParams& p, cudaStream_t stream) {
-  const unsigned row_blocks = RowLanes<D>::blocks(p.seqlen_q * p.heads_q);
+void run_backward(const BwdParams& params, cudaStream_t stream) {
+  const unsigned row_blocks = RowLanes<D>::blocks(params.seqlen_q * params.heads_q);
+  // First writers of dQ only where the kernel that runs has them: elsewhere every tile is zeroed.
+  BwdParams p = params;
+  if (p.dq_first != nullptr &&
+      !(p.sched.tile_rows == Sm90BwdLayout<T, D>::kKeys && sm90_backward_available() && sm90_dq_first_runs(p)))
+    p.dq_first = nullptr;
   prepare_kernel<T, D><<<row_blocks, 256, 0, stream>>>(p);
   LCA_FLEX_CHECK_LAUNCH("flex_flash prepare_kernel");
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));

@@ -114,7 +114,17 @@ __global__ void __launch_bounds__(384, 1)
   // (g = 1: items x and kv head y, one kv head after another).
   const int32_t together = p.sched.kv_heads_together;
   const int32_t span = static_cast<int32_t>(gridDim.x) * together;
-  const int32_t linear = static_cast<int32_t>(blockIdx.y * gridDim.x + blockIdx.x);
+  // With first writers of dQ (p.dq_first), a block's place in that order is a ticket taken as it
+  // starts, not its index: a block then waits only for blocks that started before it (running or
+  // done), whatever order the GPU starts blocks in. The ticket follows the rotated walks' places.
+  const bool first_writers = kTmaDq && !kSkipIdle && !kRotate && p.dq_first != nullptr;
+  int32_t linear = static_cast<int32_t>(blockIdx.y * gridDim.x + blockIdx.x);
+  if (first_writers) {
+    int32_t* const ticket = reinterpret_cast<int32_t*>(gbase + L::kStartOffset) + 3;
+    if (threadIdx.x == 0) *ticket = atomicAdd(p.sched.counter + p.heads_kv, 1);
+    __syncthreads();
+    linear = *ticket;
+  }
   const BwdItem& item = p.sched.items[linear % span / together];
   const int hk = linear / span * together + linear % together;
   // sm90_atomic runs one tile a block (backward_pairing): with two, its consumers spill.
@@ -266,19 +276,34 @@ __global__ void __launch_bounds__(384, 1)
       }
     } else if (kTmaDq && warp_all == 2 && lane == 0) {
       // The reducer: each query tile's dQ, once the consumers have written it, added to the
-      // accumulator; the buffer is free again as soon as TMA has read it.
+      // accumulator; the buffer is free again as soon as TMA has read it. Where this block is the
+      // tile's first writer (p.dq_first) it stores instead, and once the store is done marks the
+      // (tile, head) ready for this call; where another block is, it waits for that mark (before the
+      // consumers' tile, so usually while they compute it) and then adds.
       int it = 0;
       for (int part = 0; part < parts; ++part) {
         walk_part(part, it, [&](const KeyTileWalk& qw) {
           const int hq = hk * p.group + qw.head;
           const int32_t row0 = qw.tile * kTile;
+          bool store = false;
+          if (first_writers) {
+            const int32_t writer = p.dq_first[qw.tile];
+            store = writer == key_tile(part);
+            if (writer >= 0 && !store) sm90::wait_flag(p.dq_ready + int64_t{hq} * q_tiles + qw.tile, p.dq_call);
+          }
           sm90::mbar_wait(dq_full, it & 1);
 #pragma unroll
-          for (int chunk = 0; chunk < D / 32; ++chunk)
-            sm90::tma_reduce_add_3d(&maps.dq, sdq + chunk * L::kDqChunkBytes, 32 * chunk, hq, row0);
+          for (int chunk = 0; chunk < D / 32; ++chunk) {
+            if (store) sm90::tma_store_3d(&maps.dq, sdq + chunk * L::kDqChunkBytes, 32 * chunk, hq, row0);
+            else sm90::tma_reduce_add_3d(&maps.dq, sdq + chunk * L::kDqChunkBytes, 32 * chunk, hq, row0);
+          }
           sm90::bulk_commit();
           sm90::bulk_wait_read<0>();
           sm90::mbar_arrive(dq_empty);
+          if (store) {
+            sm90::bulk_wait<0>();
+            sm90::set_flag(p.dq_ready + int64_t{hq} * q_tiles + qw.tile, p.dq_call);
+          }
         });
       }
       sm90::bulk_wait<0>();
@@ -592,6 +617,24 @@ void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, c
   LCA_FLEX_CHECK_LAUNCH("flex_flash backward_sm90_kernel");
 }
 
+// The kernel the Hopper backward runs the schedule with (LCA_FLEX_BACKWARD, else the default's rule;
+// sm90_atomic: the kernel without the skip, its dQ through atomics).
+inline Sm90Backward sm90_backward_kernel(const BwdParams& p) {
+  const std::string& v = backward_variant();
+  return v == "sm90_atomic"                                      ? Sm90Backward::noskip
+         : v == "sm90_skip" || p.sched.key_blocks != nullptr     ? Sm90Backward::skip
+         : v == "sm90_noskip"                                    ? Sm90Backward::noskip
+         : v == "sm90_rotate"                                    ? (p.sched.plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip)
+                                                                 : default_sm90_backward(p.sched.idle_share, p.sched.mean_tiles * p.group,
+                                                                                         p.sched.plain_walks, p.sched.alike_walks);
+}
+
+// Whether the first writers of dQ (BwdParams::dq_first) run: in the kernel without the skip or
+// rotation, dQ through TMA; elsewhere every tile is zeroed and added into.
+inline bool sm90_dq_first_runs(const BwdParams& p) {
+  return p.dq_first != nullptr && backward_variant() != "sm90_atomic" && sm90_backward_kernel(p) == Sm90Backward::noskip;
+}
+
 template <class T, int D>
 void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   using L = Sm90BwdLayout<T, D>;
@@ -600,13 +643,9 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   // skip kernel, the one that loads K and V by 64-key blocks.
   if (p.sched.key_blocks != nullptr && (!variant_runs_matched(v) || p.split_count > 0))
     throw lca::Error(LCA_ERR_INTERNAL, "flex_flash: a matched backward schedule outside the skip kernel");
-  const Sm90Backward kernel =
-      v == "sm90_atomic"             ? Sm90Backward::noskip
-      : v == "sm90_skip" || p.sched.key_blocks != nullptr ? Sm90Backward::skip
-      : v == "sm90_noskip"           ? Sm90Backward::noskip
-      : v == "sm90_rotate"           ? (p.sched.plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip)
-                           : default_sm90_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks,
-                                                   p.sched.alike_walks);
+  const Sm90Backward kernel = sm90_backward_kernel(p);
+  if (p.dq_first != nullptr && !sm90_dq_first_runs(p))
+    throw lca::Error(LCA_ERR_INTERNAL, "flex_flash: dQ's first writers outside the kernel without the skip");
   const uint32_t kv_rows = kernel == Sm90Backward::skip ? kTile : L::kKeys;
   Sm90BwdMaps maps{};
   maps.k = make_thd_map<T>(p.k, D, p.heads_kv, p.seqlen_k, p.k_head, p.k_tok, kv_rows, "k");
@@ -617,8 +656,9 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
     launch_backward_sm90_variant<T, D, false>(p, maps, stream);
   } else {
     maps.dq = make_dq_accum_map(p.dq_accum, D, p.heads_q, p.seqlen_q, kTile);
-    if (kernel != Sm90Backward::noskip)  // the places the rotated walks start from, zeroed a launch
-      LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t) * p.heads_kv, stream));
+    // The places the rotated walks start from, and the first writers' block ticket, zeroed a launch.
+    if (kernel != Sm90Backward::noskip || p.dq_first != nullptr)
+      LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t) * (p.heads_kv + 1), stream));
     switch (kernel) {
       case Sm90Backward::skip: return launch_backward_sm90_variant<T, D, true, true>(p, maps, stream);
       case Sm90Backward::rotate: return launch_backward_sm90_variant<T, D, true, false, true>(p, maps, stream);

@@ -66,4 +66,17 @@ BwdLocal backward_local() {
   return v == "off" ? BwdLocal::kOff : BwdLocal::kOn;
 }
 
+DqFirst backward_dq_first(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group) {
+  static const std::string mode = dev::variant_env("LCA_FLEX_DQ_FIRST", "off on");
+  if (mode == "off" || !dev::sm90_backward_available() || s.tile_rows != kBwdKeys || !plain_walks(items))
+    return DqFirst::kOff;
+  const std::string& v = dev::backward_variant();
+  const bool noskip =
+      v == "sm90_noskip" ||
+      ((v.empty() || v == "sm90" || v == "sm90_unpaired" || v == "sm90_paired") &&
+       default_sm90_backward(idle_share(s), mean_tiles(s) * group, true, alike_walks(items)) == Sm90Backward::noskip);
+  if (!noskip) return DqFirst::kOff;
+  return mode == "on" ? DqFirst::kAll : DqFirst::kTimed;
+}
+
 }  // namespace lca_flex_flash

@@ -85,6 +85,25 @@ template <int N>
 __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
+// Flags between blocks for the async proxy's global writes (the backward's first writers of dQ):
+// set_flag after this thread's bulk stores are done (bulk_wait<0>) publishes them with a release at
+// GPU scope; wait_flag spins with an acquire until the flag reads `value`, then orders the async
+// proxy's later reads and reduce-adds after it. A wait of more than ~10 s traps (a bug, not a
+// slow block: the writer is running or done), so the run fails with an error instead of hanging.
+__device__ __forceinline__ void set_flag(uint32_t* flag, uint32_t value) {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+}
+__device__ __forceinline__ void wait_flag(const uint32_t* flag, uint32_t value) {
+  uint32_t seen;
+  for (uint32_t spins = 0;; ++spins) {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(flag) : "memory");
+    if (seen == value) break;
+    if (spins > (1u << 28)) __trap();
+    __nanosleep(32);
+  }
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 __device__ __forceinline__ void tma_prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }

@@ -75,6 +75,11 @@ class FlexPlan final : public lca::IPlan {
   // repeats) rather than in plan(): plan() does not know the pass, and a forward cell must not
   // carry the fp32 dQ accumulator (16 GiB at 512K, 64 heads) in its peak memory.
   DeviceBuffer dq_accum, delta;
+  // First writers of dQ (dq_first_writers): each query tile's key tile, or -1; made in plan() where
+  // the backward has them (else empty), with their flags (a (query head, query tile) each, made with
+  // dq_accum and zeroed once) and the number of the last backward call.
+  DeviceBuffer dq_first, dq_ready;
+  uint32_t dq_call = 0;
   // Split walks (split_long_walks): each split key tile's slot, and (made with dq_accum) the fp32 dK
   // and dV its parts add into.
   DeviceBuffer split_tiles, dkv_accum;
@@ -85,6 +90,8 @@ class FlexPlan final : public lca::IPlan {
     bwd = UploadedSchedule{};
     dq_accum.reset();
     delta.reset();
+    dq_first.reset();
+    dq_ready.reset();
     split_tiles.reset();
     dkv_accum.reset();
   }
@@ -146,6 +153,7 @@ class FlexFlash final : public lca::IKernel {
       TileSchedule sched;
       BackwardBlocks blocks;
       std::vector<int32_t> split_tiles;  // the split key tiles by slot (place_split_walks)
+      std::vector<int32_t> dq_first;     // dq_first_writers' key tile a query tile, or empty
     };
     auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, split, local, match,
                                                sms] {
@@ -153,6 +161,15 @@ class FlexFlash final : public lca::IKernel {
       Bwd b{default_backward_schedule(mask, bwd_speedup, group, heads_kv, sms, match), {}, {}};
       b.blocks = default_backward_blocks(b.sched, heads_kv, group, sms, pairing, local, split, together);
       b.split_tiles = place_split_walks(b.sched, b.blocks.items);  // the parts' own row tiles, if any
+      if (const DqFirst first = backward_dq_first(b.sched, b.blocks.items, group); first != DqFirst::kOff) {
+        FirstWriters w =
+            dq_first_writers(b.sched, b.blocks.items, heads_kv, group, b.blocks.kv_heads_together, sms,
+                             first == DqFirst::kTimed);
+        if (!w.key_tile.empty()) {
+          b.blocks.items = std::move(w.items);
+          b.dq_first = std::move(w.key_tile);
+        }
+      }
       return b;
     });
     TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
@@ -164,8 +181,10 @@ class FlexFlash final : public lca::IKernel {
     const Bwd b = bwd.get();
     plan->bwd = upload(b.sched, exec, b.blocks.items);
     plan->bwd.kv_heads_together = b.blocks.kv_heads_together;
-    plan->bwd.counter =
-        upload(std::vector<int32_t>(static_cast<size_t>(pr.heads_kv), 0), exec, "the rotated backward walks' places");
+    // A place per kv head (the rotated walks), and the first writers' block ticket.
+    plan->bwd.counter = upload(std::vector<int32_t>(static_cast<size_t>(pr.heads_kv) + 1, 0), exec,
+                               "the rotated backward walks' places");
+    plan->dq_first = upload(b.dq_first, exec, "dQ's first writers");
     plan->split_count = static_cast<int32_t>(b.split_tiles.size());
     plan->split_tiles = upload(b.split_tiles, exec, "the split backward walks' key tiles");
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
@@ -219,6 +238,12 @@ class FlexFlash final : public lca::IKernel {
             exec.allocator,
             2 * sizeof(float) * static_cast<size_t>(dkv_accum_floats(plan.split_count, pr.heads_kv, pr.head_dim)),
             "the split walks' fp32 dK and dV");
+      if (!plan.dq_first.empty()) {
+        const size_t flags = static_cast<size_t>(pr.heads_q) * static_cast<size_t>((pr.seqlen_q + kTile - 1) / kTile);
+        plan.dq_ready = DeviceBuffer(exec.allocator, flags * sizeof(uint32_t), "dQ's first writers' flags");
+        LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(plan.dq_ready.as<void>(), 0, flags * sizeof(uint32_t),
+                                            static_cast<cudaStream_t>(exec.stream)));
+      }
     }
     BwdParams p{};
     p.q = a.q.data, p.k = a.k.data, p.v = a.v.data, p.o = a.o.data, p.d_o = a.d_o.data;
@@ -243,6 +268,10 @@ class FlexFlash final : public lca::IKernel {
     p.scale = pr.softmax_scale;
     p.scale_log2 = pr.softmax_scale * 1.4426950408889634f;
     p.sched = plan.bwd.view();
+    p.dq_first = plan.dq_first.empty() ? nullptr : plan.dq_first.as<int32_t>();
+    p.dq_ready = plan.dq_ready.as<uint32_t>();
+    if (++plan.dq_call == 0) plan.dq_call = 1;  // the flags start at 0: never a call's number
+    p.dq_call = plan.dq_call;
     launch_backward(pr.dtype, pr.head_dim, p, exec.stream);
   }
 };

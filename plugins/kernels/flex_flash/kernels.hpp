@@ -83,6 +83,13 @@ struct BwdParams {
   int32_t heads_q, heads_kv, group;
   float scale, scale_log2;
   DeviceSchedule sched;  // rows are key tiles
+  // First writers (dq_first_writers), or null: query tile t's accumulator rows are stored, not added,
+  // by the block of key tile dq_first[t] (-1: zeroed by prepare_kernel, added into by all), which
+  // then sets dq_ready[head][t] to dq_call; the other blocks add there once it reads dq_call. The
+  // call's number (never 0) grows by one a backward call, so the flags need no zeroing.
+  const int32_t* dq_first;
+  uint32_t* dq_ready;
+  uint32_t dq_call;
 };
 
 // One instantiation per (lca_dtype, head dim), each in its own launch_*.cu.
@@ -138,6 +145,14 @@ BwdMatch backward_match();
 // Whether backward_items may take the document-local order, from LCA_FLEX_BWD_LOCAL: unset, by its
 // rule (not where the default may take the skip kernel); "off", never; "on", on every unpaired mask.
 BwdLocal backward_local();
+
+// Whether plan() gives the Hopper backward first writers of dQ (dq_first_writers), from
+// LCA_FLEX_DQ_FIRST: unset, by that function's rule (kTimed); "off", never; "on", on every query tile a
+// plain walk visits (kAll: blocks wait for first writers that run beside them; for the tests). Only
+// where the kernel without the skip or rotation runs with dQ through TMA (the default's choice on
+// plain walks, or LCA_FLEX_BACKWARD=sm90_noskip), on 128-key schedules; else kOff.
+enum class DqFirst { kOff, kTimed, kAll };
+DqFirst backward_dq_first(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group);
 
 // The launchers' thresholds, here rather than in the .cuh files so that the host tests check the
 // builtin masks against the same numbers (test_flex_schedule).

@@ -695,6 +695,64 @@ bool alike_walks(const std::vector<BwdItem>& items) {
   return double(longest->query_tiles[0]) <= kAlikeWalkRatio * double(shortest->query_tiles[0]);
 }
 
+FirstWriters dq_first_writers(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t heads_kv,
+                              int32_t group, int32_t kv_heads_together, int32_t slots, bool timed) {
+  FirstWriters w;
+  if (items.empty() || !plain_walks(items) || !s.key_blocks.empty()) return w;
+  auto walk_start = [&](int32_t t) {
+    return s.run_offsets[t] < s.run_offsets[t + 1] ? s.runs[s.run_offsets[t]].begin : 0;
+  };
+  w.items = items;
+  int32_t longest = 0;
+  for (const BwdItem& it : items) longest = std::max(longest, it.query_tiles[0]);
+  auto is_long = [&](const BwdItem& it) { return it.query_tiles[0] >= kFirstWriterLongWalk * longest; };
+  std::stable_sort(w.items.begin(), w.items.end(), [&](const BwdItem& a, const BwdItem& b) {
+    if (is_long(a) != is_long(b)) return is_long(a);
+    return is_long(a) && walk_start(a.tiles[0]) > walk_start(b.tiles[0]);
+  });
+  // Blocks this many items apart may run together (one kv head's items are g blocks apart).
+  const int64_t together = std::max<int64_t>(1, int64_t{slots} / std::max(1, kv_heads_together));
+  const size_t n = static_cast<size_t>(s.col_tiles);
+  std::vector<int32_t> first(n, -1), first_at(n, 0), first_item(n, 0), first_len(n, 0);
+  std::vector<char> lost(n, 0);
+  int64_t visited = 0;
+  for (size_t i = 0; i < w.items.size(); ++i) {
+    const int32_t t = w.items[i].tiles[0], len = w.items[i].query_tiles[0];
+    int32_t at = 0;  // where the walk reaches the tile: iteration at + h x len for head h
+    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r)
+      for (int32_t c = s.runs[r].begin; c < s.runs[r].end; ++c, ++at) {
+        const size_t q = static_cast<size_t>(c);
+        if (first[q] < 0) {
+          first[q] = t;
+          first_at[q] = at;
+          first_item[q] = static_cast<int32_t>(i);
+          first_len[q] = len;
+          ++visited;
+          continue;
+        }
+        // Behind the first writer by kFirstWriterLead iterations for every head (the gap is linear
+        // in the head: its ends suffice), where the two may run together.
+        const int64_t last = group - 1;
+        if (timed && static_cast<int64_t>(i) - first_item[q] < together &&
+            (at < first_at[q] + kFirstWriterLead || at + last * len < first_at[q] + last * first_len[q] + kFirstWriterLead))
+          lost[q] = 1;
+      }
+  }
+  w.key_tile.assign(n, -1);
+  for (size_t q = 0; q < n; ++q)
+    if (first[q] >= 0 && !lost[q]) {
+      w.key_tile[q] = first[q];
+      ++w.tiles;
+    }
+  if (visited == 0) return FirstWriters{};
+  if (timed && (double(w.tiles) < kFirstWriterShare * double(visited) ||
+                double(simulated_order_makespan(w.items, heads_kv, group, slots, kv_heads_together)) >
+                    (1.0 + kFirstWriterDispatch) *
+                        double(simulated_order_makespan(items, heads_kv, group, slots, kv_heads_together))))
+    return FirstWriters{};
+  return w;
+}
+
 namespace {
 // A walk split_items may split: one key tile of two or more query tiles, up, heads outer, whole.
 bool splittable(const BwdItem& it) {

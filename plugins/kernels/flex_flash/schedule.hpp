@@ -211,6 +211,43 @@ bool plain_walks(const std::vector<BwdItem>& items);
 constexpr double kAlikeWalkRatio = 1.25;
 bool alike_walks(const std::vector<BwdItem>& items);
 
+// The dQ accumulator's first writers. The backward adds every block's dQ of a (query tile, query
+// head) into an fp32 accumulator, which prepare_kernel zeroes first: at 16K with 64 heads, 537 MB
+// written at bandwidth, half of that pass and ~4% of sliding_window_causal's backward (NOTES v28,
+// v34). Where one block is sure to reach a query tile before the others do, it can store its dQ
+// there instead of adding it, and the tile needs no zeroing: the others wait for its store (a flag a
+// (query tile, head), the call's number: BwdParams::dq_ready) before they add.
+// dq_first_writers, for plain walks (one key tile, up, heads outer, no split; else nothing): the
+// items in an order that puts such blocks first (walks of at least kFirstWriterLongWalk x the
+// longest's query tiles first, the later walk start first: a window's key tiles from the last to the
+// first, each the first to reach the query tiles its walk starts at; then the shorter ones as they
+// were, longest first), and for each query tile the key tile whose block stores there (-1: zeroed by
+// prepare_kernel). The first writer of a tile is the first of its visitors in that order (the kernel
+// takes blocks in order by a ticket: it is running or done when the others wait, so waiting cannot
+// deadlock); a tile keeps it only where every visitor that may run beside it (fewer than slots / g
+// blocks later, g kv heads together) reaches the tile at least kFirstWriterLead iterations later than
+// it does, in every head (a walk reaches tile c of head h at iteration h x its query tiles + c's place
+// in it), so that its store is usually done before anyone waits. Nothing (the items stay
+// as they are) where fewer than kFirstWriterShare of the visited tiles keep a first writer (full and
+// the documents, whose key tiles reach a query tile together; shared_question at 64K keeps 50%), or
+// where the new order's simulated dispatch (simulated_order_makespan) ends more than
+// kFirstWriterDispatch later (causal_document, causal_blockwise and prefix_lm_document at 64K: 1.8-1.9%).
+// Of the builtin masks at 16K-64K (heads 64:8, 132 SMs) the three windows keep first writers for
+// 75-100% of their query tiles (test_flex_schedule). Not `timed` (for the tests): every tile a plain walk
+// visits keeps its first visitor, even on full. Cost: one pass over the walks' tiles. Chosen, not
+// tuned.
+constexpr int32_t kFirstWriterLead = 2;
+constexpr double kFirstWriterShare = 0.6;
+constexpr double kFirstWriterLongWalk = 0.5;
+constexpr double kFirstWriterDispatch = 0.01;
+struct FirstWriters {
+  std::vector<BwdItem> items;     // reordered
+  std::vector<int32_t> key_tile;  // per query tile (col_tiles), or -1
+  int64_t tiles = 0;              // query tiles with a first writer
+};
+FirstWriters dq_first_writers(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t heads_kv,
+                              int32_t group, int32_t kv_heads_together, int32_t slots, bool timed = true);
+
 // Does the schedule make (row, col) visible? For tests: walks the runs of row's tile. row counts
 // the schedule's rows (tile t's are t x tile_rows ..): in a matched schedule, schedule_row_key's.
 bool schedule_visible(const TileSchedule& s, int64_t row, int64_t col);

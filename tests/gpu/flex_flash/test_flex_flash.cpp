@@ -190,6 +190,22 @@ TEST(FlexFlash, ALongWalkSplitAcrossBlocksMatchesTheGpuReference) {
                                78);
 }
 
+// Two windows at 8K with heads 16:8 (64 key tiles x 8 kv heads: 512 blocks, most of them after the
+// first wave): by default the backward's first writers store dQ where the other blocks add, and
+// prepare_kernel zeroes only the tiles without one (test_flex_schedule checks that these cases have
+// them); two calls on one plan, so the second waits for the second call's stores.
+TEST(FlexFlash, FirstWritersOfDqMatchTheGpuReference) {
+  LCA_SKIP_WITHOUT_GPU();
+  const int64_t s = 8192;
+  for (const char* name : {"sliding_window_causal", "sliding_window"}) {
+    auto g = BuiltinProvider::instance().generate(name, "{}", s, 5);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    expect_matches_gpu_reference(make(std::string(name) + "_8k_gqa2_d128_bf16", s, s, 16, 8, 128, LCA_DTYPE_BF16,
+                                      std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices)),
+                                 79);
+  }
+}
+
 TEST(FlexFlash, RefusesWhatTheManifestDoesNotDeclare) {
   LCA_SKIP_WITHOUT_GPU();
   core::gpu::DeviceAllocator alloc(0);

@@ -898,5 +898,84 @@ TEST(FlexSchedule, ManyShortDocumentsTakeTheDocumentLocalOrder) {
   });
 }
 
+// dQ's first writers (dq_first_writers) on the builtin masks at 16K and 64K, heads 64:8 on 132 SMs,
+// the default's blocks: the three windows have them, for at least 70% of the query tiles, and the
+// reordered blocks put the first visitor of each such tile ahead of the others, which reach it at
+// least kFirstWriterLead iterations later in every head where they may run beside it; the dispatch is simulated
+// within 1% of the default order's. Masks whose key tiles reach a query tile together (full, the
+// documents) or whose walks are not plain (causal's pairs, the document-local order) have none, nor
+// do the causal-like masks whose plain walks at 64K would keep first writers for half their tiles
+// (shared_question) or cost the dispatch 1.8-1.9% (causal_document, causal_blockwise,
+// prefix_lm_document). Not timed (the tests' mode): every tile a plain walk visits has its first visitor as first
+// writer, even on full.
+TEST(FlexSchedule, WindowsHaveFirstWritersOfDq) {
+  using lca_flex_flash::dq_first_writers;
+  using lca_flex_flash::kFirstWriterLead;
+  const std::set<std::string> writing = {"sliding_window", "sliding_window_causal", "sliding_window_document"};
+  for_each_builtin(/*by_query=*/false, {16384, 65536}, [&](const std::string& name, int64_t seqlen,
+                                                            const TileSchedule& s) {
+    const auto b = lca_flex_flash::default_backward_blocks(s, 8, 8, 132, BwdPairing::kAuto);
+    const auto w = dq_first_writers(s, b.items, 8, 8, b.kv_heads_together, 132);
+    EXPECT_EQ(!w.key_tile.empty(), writing.count(name) == 1) << name << " " << seqlen << ": " << w.tiles;
+    if (w.key_tile.empty()) return;
+    ASSERT_EQ(w.key_tile.size(), static_cast<size_t>(s.col_tiles)) << name << " " << seqlen;
+    expect_items_partition(s, w.items);
+    EXPECT_TRUE(lca_flex_flash::plain_walks(w.items));
+    // Each query tile's visitors in the new order: (item index, iteration in head 0, in head 7).
+    std::vector<std::vector<std::tuple<int32_t, int32_t, int32_t>>> visitors(static_cast<size_t>(s.col_tiles));
+    for (size_t i = 0; i < w.items.size(); ++i) {
+      int32_t at = 0;
+      for (const auto& [c, mask, halves] : walk_of(s, w.items[i].tiles[0])) {
+        visitors[static_cast<size_t>(c)].emplace_back(static_cast<int32_t>(i), at, at + 7 * w.items[i].query_tiles[0]);
+        ++at;
+      }
+    }
+    int64_t tiles = 0, seen = 0;
+    for (int32_t c = 0; c < s.col_tiles; ++c) {
+      const auto& v = visitors[static_cast<size_t>(c)];
+      seen += !v.empty();
+      const int32_t writer = w.key_tile[static_cast<size_t>(c)];
+      if (writer < 0) continue;
+      ++tiles;
+      ASSERT_FALSE(v.empty()) << c;
+      const auto [first, at0, at7] = v.front();
+      EXPECT_EQ(w.items[static_cast<size_t>(first)].tiles[0], writer) << name << " tile " << c;
+      for (size_t j = 1; j < v.size(); ++j)
+        if (std::get<0>(v[j]) - first < 132 / b.kv_heads_together) {
+          EXPECT_GE(std::get<1>(v[j]), at0 + kFirstWriterLead) << name << " tile " << c;
+          EXPECT_GE(std::get<2>(v[j]), at7 + kFirstWriterLead) << name << " tile " << c;
+        }
+    }
+    EXPECT_EQ(tiles, w.tiles);
+    EXPECT_GE(double(tiles), 0.7 * double(seen)) << name << " " << seqlen;
+    // The new order costs the simulated dispatch at most 1%.
+    const double makespan = double(lca_flex_flash::simulated_order_makespan(w.items, 8, 8, 132, b.kv_heads_together)) /
+                            double(lca_flex_flash::simulated_order_makespan(b.items, 8, 8, 132, b.kv_heads_together));
+    EXPECT_LE(makespan, 1.01) << name << " " << seqlen;
+    std::printf("[first writers] %s %lld: %lld of %lld query tiles, simulated dispatch x%.4f\n", name.c_str(),
+                static_cast<long long>(seqlen), static_cast<long long>(tiles), static_cast<long long>(seen), makespan);
+  });
+  // test_flex_flash's 8K cases (heads 16:8, seed 5) run the kernel without the skip, with first writers.
+  for (const char* name : {"sliding_window_causal", "sliding_window"}) {
+    auto g = BuiltinProvider::instance().generate(name, "{}", 8192, 5);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
+    const auto b = lca_flex_flash::default_backward_blocks(s, 8, 2, 132, BwdPairing::kAuto);
+    EXPECT_EQ(lca_flex_flash::default_sm90_backward(lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 2,
+                                                    lca_flex_flash::plain_walks(b.items),
+                                                    lca_flex_flash::alike_walks(b.items)),
+              lca_flex_flash::Sm90Backward::noskip)
+        << name;
+    EXPECT_FALSE(dq_first_writers(s, b.items, 8, 2, b.kv_heads_together, 132).key_tile.empty()) << name;
+  }
+  auto g = BuiltinProvider::instance().generate("full", "{}", 4096, 42);
+  ASSERT_EQ(g.status, LCA_OK) << g.error;
+  const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
+  const auto items = backward_items(s, 8, 8, 132, BwdPairing::kAuto);
+  const auto all = dq_first_writers(s, items, 8, 8, 1, 132, /*timed=*/false);
+  ASSERT_EQ(all.key_tile.size(), static_cast<size_t>(s.col_tiles));
+  for (const int32_t k : all.key_tile) EXPECT_EQ(k, all.items.front().tiles[0]);
+}
+
 }  // namespace
 }  // namespace lca::test

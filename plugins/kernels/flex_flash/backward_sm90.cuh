@@ -621,12 +621,12 @@ void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, c
 // sm90_atomic: the kernel without the skip, its dQ through atomics).
 inline Sm90Backward sm90_backward_kernel(const BwdParams& p) {
   const std::string& v = backward_variant();
-  return v == "sm90_atomic"                                      ? Sm90Backward::noskip
-         : v == "sm90_skip" || p.sched.key_blocks != nullptr     ? Sm90Backward::skip
-         : v == "sm90_noskip"                                    ? Sm90Backward::noskip
-         : v == "sm90_rotate"                                    ? (p.sched.plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip)
-                                                                 : default_sm90_backward(p.sched.idle_share, p.sched.mean_tiles * p.group,
-                                                                                         p.sched.plain_walks, p.sched.alike_walks);
+  if (v == "sm90_atomic") return Sm90Backward::noskip;
+  if (v == "sm90_skip" || p.sched.key_blocks != nullptr) return Sm90Backward::skip;
+  if (v == "sm90_noskip") return Sm90Backward::noskip;
+  if (v == "sm90_rotate") return p.sched.plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip;
+  return default_sm90_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks,
+                               p.sched.alike_walks);
 }
 
 // Whether the first writers of dQ (BwdParams::dq_first) run: in the kernel without the skip or

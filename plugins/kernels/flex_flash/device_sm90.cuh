@@ -88,8 +88,9 @@ __device__ __forceinline__ void bulk_wait() {
 // Flags between blocks for the async proxy's global writes (the backward's first writers of dQ):
 // set_flag after this thread's bulk stores are done (bulk_wait<0>) publishes them with a release at
 // GPU scope; wait_flag spins with an acquire until the flag reads `value`, then orders the async
-// proxy's later reads and reduce-adds after it. A wait of more than ~10 s traps (a bug, not a
-// slow block: the writer is running or done), so the run fails with an error instead of hanging.
+// proxy's later reads and reduce-adds after it. A wait of over 2^25 reads (each an L2 round trip,
+// ~0.5 us: ~15 s) traps (a bug, not a slow block: the writer is running or done, and reaches any tile
+// within its walk), so the run fails with an error instead of hanging.
 __device__ __forceinline__ void set_flag(uint32_t* flag, uint32_t value) {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
   asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
@@ -99,7 +100,7 @@ __device__ __forceinline__ void wait_flag(const uint32_t* flag, uint32_t value) 
   for (uint32_t spins = 0;; ++spins) {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(flag) : "memory");
     if (seen == value) break;
-    if (spins > (1u << 28)) __trap();
+    if (spins > (1u << 25)) __trap();
     __nanosleep(32);
   }
   asm volatile("fence.proxy.async.global;\n" ::: "memory");

@@ -34,7 +34,8 @@ struct DeviceSchedule {
   const BwdItem* items = nullptr;  // backward only: the Hopper backward's blocks (backward_items)
   int32_t item_count = 0;
   // Forward: the persistent kernel's next row tile. Backward: a place per kv head, where its
-  // blocks' walks are (the skip kernel's rotated walks). Zeroed a launch.
+  // blocks' walks are (the skip kernel's rotated walks), then the blocks' ticket (dQ's first writers,
+  // BwdParams::dq_first). Zeroed a launch.
   int32_t* counter = nullptr;
   int32_t busy_tiles = 0;      // row tiles with runs: order's first busy_tiles (the rest see nothing)
   bool plain_walks = false;    // backward only: every item one key tile walked up, heads outer (plain_walks)

@@ -617,22 +617,16 @@ void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, c
   LCA_FLEX_CHECK_LAUNCH("flex_flash backward_sm90_kernel");
 }
 
-// The kernel the Hopper backward runs the schedule with (LCA_FLEX_BACKWARD, else the default's rule;
-// sm90_atomic: the kernel without the skip, its dQ through atomics).
+// The kernel the Hopper backward runs the schedule with (sm90_backward_for, kernels.hpp).
 inline Sm90Backward sm90_backward_kernel(const BwdParams& p) {
-  const std::string& v = backward_variant();
-  if (v == "sm90_atomic") return Sm90Backward::noskip;
-  if (v == "sm90_skip" || p.sched.key_blocks != nullptr) return Sm90Backward::skip;
-  if (v == "sm90_noskip") return Sm90Backward::noskip;
-  if (v == "sm90_rotate") return p.sched.plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip;
-  return default_sm90_backward(p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks,
-                               p.sched.alike_walks);
+  return sm90_backward_for(backward_variant(), p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks,
+                           p.sched.alike_walks, p.sched.key_blocks != nullptr);
 }
 
-// Whether the first writers of dQ (BwdParams::dq_first) run: in the kernel without the skip or
-// rotation, dQ through TMA; elsewhere every tile is zeroed and added into.
+// Whether the first writers of dQ (BwdParams::dq_first) run; elsewhere every tile is zeroed and added
+// into.
 inline bool sm90_dq_first_runs(const BwdParams& p) {
-  return p.dq_first != nullptr && backward_variant() != "sm90_atomic" && sm90_backward_kernel(p) == Sm90Backward::noskip;
+  return p.dq_first != nullptr && dq_first_runs_in(backward_variant(), sm90_backward_kernel(p));
 }
 
 template <class T, int D>

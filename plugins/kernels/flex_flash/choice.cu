@@ -71,11 +71,9 @@ DqFirst backward_dq_first(const TileSchedule& s, const std::vector<BwdItem>& ite
   if (mode == "off" || !dev::sm90_backward_available() || s.tile_rows != kBwdKeys || !plain_walks(items))
     return DqFirst::kOff;
   const std::string& v = dev::backward_variant();
-  const bool noskip =
-      v == "sm90_noskip" ||
-      ((v.empty() || v == "sm90" || v == "sm90_unpaired" || v == "sm90_paired") &&
-       default_sm90_backward(idle_share(s), mean_tiles(s) * group, true, alike_walks(items)) == Sm90Backward::noskip);
-  if (!noskip) return DqFirst::kOff;
+  if (!dq_first_runs_in(v, sm90_backward_for(v, idle_share(s), mean_tiles(s) * group, true, alike_walks(items),
+                                             !s.key_blocks.empty())))
+    return DqFirst::kOff;
   return mode == "on" ? DqFirst::kAll : DqFirst::kTimed;
 }
 

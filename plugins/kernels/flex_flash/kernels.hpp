@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace lca_flex_flash {
@@ -241,6 +242,24 @@ constexpr Sm90Backward default_sm90_backward(double idle_share, double mean_walk
   if (default_sm90_skip_backward(idle_share, mean_walk, plain_walks)) return Sm90Backward::skip;
   if (default_sm90_rotate_backward(mean_walk, plain_walks, alike_walks)) return Sm90Backward::rotate;
   return Sm90Backward::noskip;
+}
+
+// The Hopper backward kernel a schedule runs with under LCA_FLEX_BACKWARD = v ("" where unset;
+// sm90_atomic is the kernel without the skip, its dQ through atomics): the variant's, else the
+// default's rule; a matched schedule always runs the skip kernel. The launcher
+// (backward_sm90.cuh, sm90_backward_kernel) and plan() (backward_dq_first) both ask this.
+inline Sm90Backward sm90_backward_for(const std::string& v, double idle_share, double mean_walk, bool plain_walks,
+                                      bool alike_walks, bool matched) {
+  if (v == "sm90_atomic") return Sm90Backward::noskip;
+  if (v == "sm90_skip" || matched) return Sm90Backward::skip;
+  if (v == "sm90_noskip") return Sm90Backward::noskip;
+  if (v == "sm90_rotate") return plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip;
+  return default_sm90_backward(idle_share, mean_walk, plain_walks, alike_walks);
+}
+// Whether dQ's first writers (BwdParams::dq_first) run in that kernel: the one without the skip or
+// rotation, with dQ through TMA (not sm90_atomic).
+inline bool dq_first_runs_in(const std::string& v, Sm90Backward kernel) {
+  return v != "sm90_atomic" && kernel == Sm90Backward::noskip;
 }
 
 // The default order of the Hopper backward's blocks (LCA_FLEX_BWD_ORDER unset): kv_heads_together's

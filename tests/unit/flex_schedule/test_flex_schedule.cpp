@@ -961,11 +961,17 @@ TEST(FlexSchedule, WindowsHaveFirstWritersOfDq) {
     ASSERT_EQ(g.status, LCA_OK) << g.error;
     const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
     const auto b = lca_flex_flash::default_backward_blocks(s, 8, 2, 132, BwdPairing::kAuto);
-    EXPECT_EQ(lca_flex_flash::default_sm90_backward(lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 2,
-                                                    lca_flex_flash::plain_walks(b.items),
-                                                    lca_flex_flash::alike_walks(b.items)),
-              lca_flex_flash::Sm90Backward::noskip)
-        << name;
+    // The kernel by LCA_FLEX_BACKWARD: first writers run in the default's and sm90_noskip's, not in the
+    // atomic, skip or rotating variants'.
+    auto runs_under = [&](const std::string& v) {
+      return lca_flex_flash::dq_first_runs_in(
+          v, lca_flex_flash::sm90_backward_for(v, lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 2,
+                                               lca_flex_flash::plain_walks(b.items),
+                                               lca_flex_flash::alike_walks(b.items), /*matched=*/false));
+    };
+    EXPECT_TRUE(runs_under("")) << name;
+    EXPECT_TRUE(runs_under("sm90_noskip")) << name;
+    for (const char* v : {"sm90_atomic", "sm90_skip", "sm90_rotate"}) EXPECT_FALSE(runs_under(v)) << name << " " << v;
     EXPECT_FALSE(dq_first_writers(s, b.items, 8, 2, b.kv_heads_together, 132).key_tile.empty()) << name;
   }
   auto g = BuiltinProvider::instance().generate("full", "{}", 4096, 42);

@@ -308,15 +308,15 @@ __global__ void __launch_bounds__(256) kv_kernel(const BwdParams p) {
 template <class T, int D>
 void run_backward(const BwdParams& params, cudaStream_t stream) {
   const unsigned row_blocks = RowLanes<D>::blocks(params.seqlen_q * params.heads_q);
+  // The Hopper kernel runs 128-key schedules; the mma.sync kernel the rest.
+  const bool hopper = params.sched.tile_rows == Sm90BwdLayout<T, D>::kKeys && sm90_backward_available();
   // First writers of dQ only where the kernel that runs has them: elsewhere every tile is zeroed.
   BwdParams p = params;
-  if (p.dq_first != nullptr &&
-      !(p.sched.tile_rows == Sm90BwdLayout<T, D>::kKeys && sm90_backward_available() && sm90_dq_first_runs(p)))
-    p.dq_first = nullptr;
+  if (p.dq_first != nullptr && !(hopper && sm90_dq_first_runs(p))) p.dq_first = nullptr;
   prepare_kernel<T, D><<<row_blocks, 256, 0, stream>>>(p);
   LCA_FLEX_CHECK_LAUNCH("flex_flash prepare_kernel");
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));
-  if (p.sched.tile_rows == Sm90BwdLayout<T, D>::kKeys && sm90_backward_available()) {
+  if (hopper) {
     // The split walks' parts add their dK and dV into zeroed fp32 accumulators (plan() splits only
     // on 128-key schedules: the Hopper kernel's).
     if (p.split_count > 0)

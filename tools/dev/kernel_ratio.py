@@ -18,16 +18,18 @@ def main():
     ap.add_argument("--base", required=True, help="the kernel the others are divided by")
     ap.add_argument("results", nargs="+")
     args = ap.parse_args()
-    cells = {}  # (mask, seqlen, pass) -> kernel -> [tflops]
+    cells = {}  # (mask, seqlen, pass, shape) -> kernel -> [tflops]
     for path in args.results:  # one file at a time: load() keeps one record per cell across files
         for r in load([path]).cells:
             if r.get("status") != "ok" or not r.get("tflops"):
                 continue
-            key = (r["mask"], int(r["seqlen"]), r["pass"])
+            # The shape too: cells of one mask, length and pass at two head dims are two cells.
+            shape = f'{r.get("heads_q")}:{r.get("heads_kv")} d{r.get("head_dim")} {r.get("dtype")}'
+            key = (r["mask"], int(r["seqlen"]), r["pass"], shape)
             cells.setdefault(key, {}).setdefault(r["kernel"], []).append(float(r["tflops"]))
     kernels = sorted({k for c in cells.values() for k in c if k != args.base})
     logs = {k: [] for k in kernels}
-    print(f"{'mask':26} {'seqlen':>6} pass {args.base:>16} " + " ".join(f"{k:>16}" for k in kernels))
+    print(f"{'mask':26} {'seqlen':>6} pass {'shape':>17} {args.base:>16} " + " ".join(f"{k:>16}" for k in kernels))
     for key in sorted(cells):
         c = cells[key]
         if args.base not in c:
@@ -41,7 +43,7 @@ def main():
                 row.append(f"{statistics.median(c[k]):8.1f} {ratio:6.3f} ")
             else:
                 row.append(f"{'-':>16}")
-        print(f"{key[0]:26} {key[1]:6} {key[2]:4} {base:16.1f} " + " ".join(row))
+        print(f"{key[0]:26} {key[1]:6} {key[2]:4} {key[3]:>17} {base:16.1f} " + " ".join(row))
     for k in kernels:
         if logs[k]:
             print(f"geomean {k} / {args.base}: {math.exp(sum(logs[k]) / len(logs[k])):.3f} over {len(logs[k])} cells")

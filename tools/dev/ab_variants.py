@@ -23,6 +23,9 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from lca_report.results import config_label  # noqa: E402  (tools/ on the path first)
+
 
 def run(args, variant, rnd):
     name, value = variant.split("=", 1)
@@ -43,7 +46,8 @@ def run(args, variant, rnd):
         for line in f:
             r = json.loads(line)
             if r.get("status") == "ok" and "pass" in r:
-                cells.setdefault((r["mask"], r["seqlen"], r["pass"]), {})[r["kernel"]] = r["tflops"]
+                # The shape is part of the cell: a matrix of two head dims has two cells a mask.
+                cells.setdefault((r["mask"], r["seqlen"], r["pass"], config_label(r)), {})[r["kernel"]] = r["tflops"]
     return cells
 
 
@@ -88,7 +92,7 @@ def main():
             else:
                 continue
             logs.append(math.log(score))
-            print(f"{v:40} {cell[0]:24} {cell[1]:6} {cell[2]}  {tf:7.1f} TFLOP/s  {shown}")
+            print(f"{v:40} {cell[0]:24} {cell[1]:6} {cell[2]} {cell[3]:>17}  {tf:7.1f} TFLOP/s  {shown}")
         geo[v] = math.exp(sum(logs) / len(logs)) if logs else 0.0
     for v in args.variants:
         print(f"geomean {v}: {geo[v]:.3f}")

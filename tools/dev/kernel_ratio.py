@@ -10,7 +10,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from lca_report.results import load  # noqa: E402  (tools/ on the path first)
+from lca_report.results import config_label, load  # noqa: E402  (tools/ on the path first)
 
 
 def main():
@@ -24,8 +24,7 @@ def main():
             if r.get("status") != "ok" or not r.get("tflops"):
                 continue
             # The shape too: cells of one mask, length and pass at two head dims are two cells.
-            shape = f'{r.get("heads_q")}:{r.get("heads_kv")} d{r.get("head_dim")} {r.get("dtype")}'
-            key = (r["mask"], int(r["seqlen"]), r["pass"], shape)
+            key = (r["mask"], int(r["seqlen"]), r["pass"], config_label(r))
             cells.setdefault(key, {}).setdefault(r["kernel"], []).append(float(r["tflops"]))
     kernels = sorted({k for c in cells.values() for k in c if k != args.base})
     logs = {k: [] for k in kernels}

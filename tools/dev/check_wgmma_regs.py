@@ -2,7 +2,10 @@
 """Checks the SASS of flex_flash's Hopper forward for register hazards around wgmma: (1) seen with
 ptxas 13.0, the registers that hold Q (the register A operand of the S = Q K^T HGMMAs) being
 overwritten by something else before the tile loop's next iteration reads them; (2) a register A
-operand (P in O += P V) written while its HGMMA may still be reading it. Usage: check_wgmma_regs.py FILE.sass
+operand (P in O += P V) written while its HGMMA may still be reading it; (3) in the overlapped
+forwards at head dim 128, the softmax's exponentials placed above the wait for the P V of the step
+before (ptxas 13.0 hoists that wait to the top of its basic block unless sm90::wait_below ends
+the block: the softmax then waits for the P V instead of running beside it, NOTES v38). Usage: check_wgmma_regs.py FILE.sass
 (cuobjdump -sass of an object). It runs the code up to the loop's back edge, then the loop body
 once more, remembering which instruction last wrote each register; at every S HGMMA the last
 writer of its A registers must be an LDSM (the load of Q). Exit 1 when one is not."""
@@ -28,6 +31,27 @@ def dests(ins):
     return op, list(range(r, r + width))
 
 
+def check_softmax_beside_pv(name, lines):
+    # forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys, ...>: D = 128 and kOverlap. Each wait
+    # for the S (gsb0, 0x1; the P V still in flight) must be followed by the softmax's MUFU.EX2s
+    # (one a score, 32 or 64 a thread) before the wait for the P V (gsb0, 0x0).
+    m = re.search(r"forward_sm90_kernelI\w+?Li(\d+)ELb(\d)ELb\d", name)
+    if not m or m.group(1) != "128" or m.group(2) != "1":
+        return []
+    errors, open_at, exps = [], None, 0
+    for addr, ins in lines:
+        if re.search(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x1\b", ins):
+            open_at, exps = addr, 0
+        elif open_at is not None and "MUFU.EX2" in ins:
+            exps += 1
+        elif open_at is not None and re.search(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x0\b", ins):
+            if exps < 32:
+                errors.append(f"{addr:04x}: the P V's wait comes {exps} exponentials after the S's wait at "
+                              f"{open_at:04x}: the softmax does not run beside the P V")
+            open_at = None
+    return errors
+
+
 def check(name, lines):
     s_hgmma = {}
     for i, (_, ins) in enumerate(lines):
@@ -38,6 +62,7 @@ def check(name, lines):
     if s_hgmma:
         errors += check_q_reload(lines, s_hgmma, name)
     errors += check_in_flight(lines)
+    errors += check_softmax_beside_pv(name, lines)
     return errors
 
 
@@ -95,7 +120,7 @@ text = open(sys.argv[1]).read()
 bad = False
 for m in re.finditer(r"Function : (\S*_sm90_kernel\S*)(.*?)(?=Function : |\Z)", text, re.S):
     errs = check(m.group(1), parse(m.group(2)))
-    print(f"{m.group(1)[:100]}: {'ok' if not errs else 'Q REGISTERS CLOBBERED'}")
+    print(f"{m.group(1)[:100]}: {'ok' if not errs else 'HAZARD'}")
     for e in sorted(set(errs))[:6]:
         print("   ", e)
     bad |= bool(errs)

@@ -167,6 +167,13 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Ends the basic block here, so that ptxas does not hoist the next wgmma_wait above the code before
+// it: within a block, ptxas 13.0 places a wait as early as it may, which put the P V wait of the
+// overlapped forwards ahead of the softmax it was meant to run beside (NOTES v38). A branch on a
+// value that code computes, never taken with finite inputs, and harmless where it is.
+__device__ __forceinline__ void wait_below(float computed) {
+  if (computed > 3.0e38f) __nanosleep(0);
+}
 // Pins registers written by in-flight wgmmas: reads of them cannot move above this point, which
 // follows the wgmma_wait that retires them.
 template <int N>

@@ -159,6 +159,11 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   constexpr bool kSkip = forward_skips<kOverlap, kPingpong, kKeys>() && !kPair;
   // Rows of a schedule tile: the pair kernel's two consumers take the same 64 rows of two heads.
   constexpr int kTileRows = kPair ? kTile : L::kRows;
+  // The overlapped loops run a step's softmax beside the P V of the step before only if ptxas is
+  // kept from placing that P V's wait above the softmax (sm90::wait_below). At head dim 128 that
+  // gained 3-4% (full, causal, documents at 16K); at 64, where the S and the P V are half as long
+  // and the two consumers' softmaxes and GEMMs already take turns, it lost 1-2% (NOTES v38).
+  constexpr bool kSoftmaxBesidePv = D == 128;
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -673,6 +678,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         sm90::mbar_arrive(pk_empty(kx.stage));
         kx.next();
         softmax(bits, alpha);
+        if constexpr (kSoftmaxBesidePv) sm90::wait_below(row_sum[0] + row_sum[1]);
         sm90::wgmma_wait<0>();  // P V of the step before
         sm90::fence_regs(o);
         sm90::mbar_arrive(pv_empty(vprev.stage));
@@ -792,6 +798,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
         sm90::wgmma_wait<1>();  // S of this tile
         sm90::fence_regs(sc);
         softmax(bits, alpha);
+        if constexpr (kSoftmaxBesidePv) sm90::wait_below(row_sum[0] + row_sum[1]);
         sm90::wgmma_wait<0>();  // P V of prev
         sm90::fence_regs(o);
         sm90::mbar_arrive(empty(prev.stage));

@@ -161,8 +161,9 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   constexpr int kTileRows = kPair ? kTile : L::kRows;
   // The overlapped loops run a step's softmax beside the P V of the step before only if ptxas is
   // kept from placing that P V's wait above the softmax (sm90::wait_below). At head dim 128 that
-  // gained 3-4% (full, causal, documents at 16K); at 64, where the S and the P V are half as long
-  // and the two consumers' softmaxes and GEMMs already take turns, it lost 1-2% (NOTES v38).
+  // gained 2-4% (full, causal, documents at 16K-64K; the windows' persistent kernel ±1%); at 64,
+  // where the S and the P V are half as long and the two consumers' softmaxes and GEMMs already
+  // take turns, it lost 1-2% (NOTES v38).
   constexpr bool kSoftmaxBesidePv = D == 128;
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];

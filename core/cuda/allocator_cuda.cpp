@@ -1,8 +1,10 @@
-// DeviceAllocator: cudaMalloc/cudaFree with live/peak accounting and an optional limit.
+// DeviceAllocator: cudaMalloc/cudaFree with live/peak accounting, an optional limit and an optional
+// cache of released blocks.
 #include "core/cuda/check.hpp"
 #include "core/cuda/gpu.hpp"
 
 #include <algorithm>
+#include <string>
 
 namespace lca::core::gpu {
 
@@ -54,11 +56,12 @@ DeviceAllocator::DeviceAllocator(int device, size_t limit_bytes) : device_(devic
 
 DeviceAllocator::~DeviceAllocator() {
   std::lock_guard lock(mutex_);
-  if (live_.empty()) return;
+  if (live_.empty() && cached_.empty()) return;
   int previous = 0;
   (void)cudaGetDevice(&previous);
   (void)cudaSetDevice(device_);
   for (auto& [ptr, bytes] : live_) (void)cudaFree(ptr);  // leaked by a caller: give it back
+  for (auto& [bytes, ptr] : cached_) (void)cudaFree(ptr);
   (void)cudaSetDevice(previous);
 }
 
@@ -71,9 +74,19 @@ lca_status DeviceAllocator::allocate(size_t bytes, void** out) {
                   std::to_string(current_) + " live, limit " + std::to_string(limit_);
     return LCA_ERR_OUT_OF_MEMORY;
   }
-  DeviceScope scope(device_);
   void* ptr = nullptr;
-  const cudaError_t err = cudaMalloc(&ptr, bytes);
+  if (auto hit = cached_.find(bytes); hit != cached_.end()) {
+    ptr = hit->second;
+    cached_.erase(hit);
+    cached_total_ -= bytes;
+  }
+  DeviceScope scope(device_);
+  cudaError_t err = ptr != nullptr ? cudaSuccess : cudaMalloc(&ptr, bytes);
+  if (err == cudaErrorMemoryAllocation && !cached_.empty()) {
+    (void)cudaGetLastError();
+    trim_locked();  // the cache's blocks may be what the driver lacks
+    err = cudaMalloc(&ptr, bytes);
+  }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // clear the error so that later calls do not see it
     last_error_ = std::string("cudaMalloc of ") + std::to_string(bytes) + " bytes failed: " +
@@ -95,12 +108,20 @@ void DeviceAllocator::release(void* ptr) {
     last_error_ = "release of a pointer this allocator did not hand out";
     return;
   }
-  current_ -= it->second;
+  const size_t bytes = it->second;
+  current_ -= bytes;
   live_.erase(it);
   DeviceScope scope(device_);
-  const cudaError_t err = cudaFree(ptr);
+  // Cached: the device synchronizes as cudaFree would (the ABI's free names no stream, so work
+  // still reading the block may be on any stream), and the block waits for its size again.
+  const cudaError_t err = caching_ ? cudaDeviceSynchronize() : cudaFree(ptr);
+  if (caching_ && err == cudaSuccess) {
+    cached_.emplace(bytes, ptr);
+    cached_total_ += bytes;
+  }
   if (err != cudaSuccess) {
-    last_error_ = std::string("cudaFree failed: ") + cudaGetErrorString(err);
+    last_error_ = std::string(caching_ ? "cudaDeviceSynchronize" : "cudaFree") + " failed on release: " +
+                  cudaGetErrorString(err);
     LCA_CUDA_CHECK(err);
   }
 }
@@ -118,6 +139,36 @@ size_t DeviceAllocator::peak_bytes() const {
 void DeviceAllocator::reset_peak() {
   std::lock_guard lock(mutex_);
   peak_ = current_;
+  trim_locked();
+}
+
+void DeviceAllocator::trim() {
+  std::lock_guard lock(mutex_);
+  trim_locked();
+}
+
+void DeviceAllocator::trim_locked() {
+  if (cached_.empty()) return;
+  DeviceScope scope(device_);
+  for (auto& [bytes, ptr] : cached_) LCA_CUDA_CHECK(cudaFree(ptr));
+  cached_.clear();
+  cached_total_ = 0;
+}
+
+void DeviceAllocator::set_caching(bool on) {
+  std::lock_guard lock(mutex_);
+  caching_ = on;
+  if (!on) trim_locked();
+}
+
+bool DeviceAllocator::caching() const {
+  std::lock_guard lock(mutex_);
+  return caching_;
+}
+
+size_t DeviceAllocator::cached_bytes() const {
+  std::lock_guard lock(mutex_);
+  return cached_total_;
 }
 
 void DeviceAllocator::set_limit(size_t limit_bytes) {

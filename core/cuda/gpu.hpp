@@ -33,6 +33,11 @@ GpuInfo query(int index);
 
 // cudaMalloc/cudaFree on one device, counting live and peak bytes, with an optional limit.
 // A refused request is a status (LCA_ERR_OUT_OF_MEMORY), never an abort. Thread-safe.
+// Caching (set_caching; lcahost's CUDA backend turns it on with LCA_ALLOC_CACHE=1): a released
+// block is kept for the next request of its exact size instead of going back to the driver, until
+// trim() (each cell's reset_peak), a cudaMalloc that fails, or caching goes off; release still
+// synchronizes the device, as cudaFree does. Live and peak bytes count what callers hold: a
+// cached block counts for neither.
 // Lifetime: must outlive every pointer it handed out and every plugin holding abi().
 class DeviceAllocator {
  public:
@@ -46,7 +51,11 @@ class DeviceAllocator {
 
   size_t current_bytes() const;
   size_t peak_bytes() const;
-  void reset_peak();  // peak := current
+  void reset_peak();  // peak := current; also trim()
+  void trim();        // the cached blocks back to the driver
+  void set_caching(bool on);  // off (the default) also trims
+  bool caching() const;
+  size_t cached_bytes() const;
   void set_limit(size_t limit_bytes);
   size_t limit() const;
   int device() const { return device_; }
@@ -60,6 +69,10 @@ class DeviceAllocator {
   size_t limit_;
   size_t current_ = 0, peak_ = 0;
   std::unordered_map<void*, size_t> live_;
+  bool caching_ = false;
+  std::unordered_multimap<size_t, void*> cached_;  // released blocks by size (caching_)
+  size_t cached_total_ = 0;
+  void trim_locked();
   std::string last_error_;
   mutable std::mutex mutex_;
   lca_allocator abi_{};

@@ -27,6 +27,10 @@ void DeviceAllocator::release(void*) {}
 size_t DeviceAllocator::current_bytes() const { return 0; }
 size_t DeviceAllocator::peak_bytes() const { return 0; }
 void DeviceAllocator::reset_peak() {}
+void DeviceAllocator::trim() {}
+void DeviceAllocator::set_caching(bool) {}
+bool DeviceAllocator::caching() const { return false; }
+size_t DeviceAllocator::cached_bytes() const { return 0; }
 void DeviceAllocator::set_limit(size_t) {}
 size_t DeviceAllocator::limit() const { return limit_; }
 std::string DeviceAllocator::last_error() const { return "built without CUDA"; }

@@ -6,14 +6,22 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 namespace lca::core {
 namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device), allocator_((set_device(device), device)) {}
+  explicit CudaBackend(int device) : device_(device), allocator_((set_device(device), device)) {
+    // LCA_ALLOC_CACHE=1: released blocks wait for their size's next request (DeviceAllocator), as
+    // the training frameworks' caching allocators keep them, instead of cudaMalloc and cudaFree in
+    // every call that allocates workspace (docs/DESIGN.md, Measurements).
+    const char* cache = std::getenv("LCA_ALLOC_CACHE");
+    allocator_.set_caching(cache != nullptr && std::string(cache) == "1");
+  }
   lca_device_type type() const override { return LCA_DEVICE_CUDA; }
   int device_index() const override { return device_; }
   std::string name() const override { return "cuda:" + std::to_string(device_); }

@@ -1,5 +1,5 @@
 // core/cuda: device description, the measuring allocator against cudaMemGetInfo, out-of-memory
-// as a status, random inputs, timers, L2 flush and the two ceilings.
+// as a status, its cache of released blocks, random inputs, timers, L2 flush and the two ceilings.
 #include "core/cuda/gpu.hpp"
 #include "core/run/backend.hpp"  // random_uniform: the CPU backend draws the same values
 
@@ -97,6 +97,65 @@ TEST(GpuRuntime, OutOfMemoryIsAStatusAndTheNextAllocationWorks) {
   ASSERT_EQ(alloc.allocate(5 * kMiB, &small), LCA_OK);
   alloc.release(small);
   EXPECT_EQ(alloc.peak_bytes(), 5 * kMiB);
+}
+
+TEST(GpuRuntime, CachingKeepsReleasedBlocksForTheirSizeAndCountsOnlyLiveBytes) {
+  LCA_SKIP_WITHOUT_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  gpu::DeviceAllocator alloc(0);
+  alloc.set_caching(true);
+  void* a = nullptr;
+  ASSERT_EQ(alloc.allocate(64 * kMiB, &a), LCA_OK);
+  const size_t held = free_bytes();
+  alloc.release(a);
+  EXPECT_EQ(alloc.current_bytes(), 0u);
+  EXPECT_EQ(alloc.cached_bytes(), 64 * kMiB);
+  EXPECT_LE(free_bytes(), held + 2 * kMiB) << "a cached block stays with the allocator";
+  void* b = nullptr;
+  ASSERT_EQ(alloc.allocate(64 * kMiB, &b), LCA_OK);
+  EXPECT_EQ(b, a) << "a request of the same size takes the cached block";
+  EXPECT_EQ(alloc.cached_bytes(), 0u);
+  EXPECT_EQ(alloc.current_bytes(), 64 * kMiB);
+  void* c = nullptr;
+  ASSERT_EQ(alloc.allocate(32 * kMiB, &c), LCA_OK);  // another size: a block of its own
+  EXPECT_NE(c, a);
+  EXPECT_EQ(alloc.peak_bytes(), 96 * kMiB);
+  EXPECT_EQ(cudaMemset(b, 1, 64 * kMiB), cudaSuccess);
+  EXPECT_EQ(cudaMemset(c, 1, 32 * kMiB), cudaSuccess);
+  alloc.release(b);
+  alloc.release(c);
+  EXPECT_EQ(alloc.cached_bytes(), 96 * kMiB);
+  alloc.reset_peak();  // a new cell: the cache goes back to the driver
+  EXPECT_EQ(alloc.cached_bytes(), 0u);
+  EXPECT_EQ(alloc.peak_bytes(), 0u);
+  EXPECT_GE(free_bytes(), held + 64 * kMiB - 2 * kMiB);
+  alloc.set_caching(false);
+  ASSERT_EQ(alloc.allocate(16 * kMiB, &a), LCA_OK);
+  alloc.release(a);
+  EXPECT_EQ(alloc.cached_bytes(), 0u) << "without caching a release goes back to the driver";
+}
+
+TEST(GpuRuntime, CachingGivesItsBlocksBackWhenTheDriverRunsShort) {
+  LCA_SKIP_WITHOUT_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  gpu::DeviceAllocator alloc(0);
+  alloc.set_caching(true);
+  const size_t free0 = free_bytes();
+  const size_t half = (free0 / 2) & ~(kMiB - 1);
+  void* a = nullptr;
+  ASSERT_EQ(alloc.allocate(half, &a), LCA_OK) << alloc.last_error();
+  alloc.release(a);
+  ASSERT_EQ(alloc.cached_bytes(), half);
+  // 70% of the memory fits only once the cached half is given back.
+  const size_t most = (free0 / 10 * 7) & ~(kMiB - 1);
+  void* b = nullptr;
+  ASSERT_EQ(alloc.allocate(most, &b), LCA_OK) << alloc.last_error();
+  EXPECT_EQ(alloc.cached_bytes(), 0u);
+  EXPECT_EQ(alloc.current_bytes(), most);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  alloc.release(b);
+  alloc.trim();
+  EXPECT_EQ(alloc.cached_bytes(), 0u);
 }
 
 class FillRandom : public ::testing::TestWithParam<int32_t> {};

@@ -161,11 +161,6 @@ void DeviceAllocator::set_caching(bool on) {
   if (!on) trim_locked();
 }
 
-bool DeviceAllocator::caching() const {
-  std::lock_guard lock(mutex_);
-  return caching_;
-}
-
 size_t DeviceAllocator::cached_bytes() const {
   std::lock_guard lock(mutex_);
   return cached_total_;

@@ -54,7 +54,6 @@ class DeviceAllocator {
   void reset_peak();  // peak := current; also trim()
   void trim();        // the cached blocks back to the driver
   void set_caching(bool on);  // off (the default) also trims
-  bool caching() const;
   size_t cached_bytes() const;
   void set_limit(size_t limit_bytes);
   size_t limit() const;

@@ -29,7 +29,6 @@ size_t DeviceAllocator::peak_bytes() const { return 0; }
 void DeviceAllocator::reset_peak() {}
 void DeviceAllocator::trim() {}
 void DeviceAllocator::set_caching(bool) {}
-bool DeviceAllocator::caching() const { return false; }
 size_t DeviceAllocator::cached_bytes() const { return 0; }
 void DeviceAllocator::set_limit(size_t) {}
 size_t DeviceAllocator::limit() const { return limit_; }

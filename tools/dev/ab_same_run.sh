@@ -8,6 +8,9 @@
 # clocks over the minutes of a run can fall on one of them (NOTES v27); here the two versions of a
 # cell are timed seconds apart. Only plugins/kernels/flex_flash differs from the tree: the other
 # files are the tree's. BUILD must be configured (its CMakeCache gives the flags).
+# REV may also be a tar file of those sources, for a machine whose copy of .git lacks the revision
+# (the device's did in session 30: it held an older .git than the tree it ran):
+#   git archive -o ab-base.tar REV plugins/kernels/flex_flash   (here), then ab_same_run.sh ab-base.tar
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rev=${1:?usage: ab_same_run.sh REV [NAME] [BUILD]}
@@ -20,7 +23,17 @@ mkdir -p "$src"
 git ls-files -z | xargs -0 tar -cf - | tar -xf - -C "$src"
 rm -rf "$src/plugins/kernels/flex_flash"
 mkdir -p "$src/plugins/kernels/flex_flash"
-git archive "$rev" plugins/kernels/flex_flash | tar -xf - -C "$src"
+if [ -f "$rev" ]; then
+  tar -xf "$rev" -C "$src"
+elif git rev-parse -q --verify "$rev^{commit}" > /dev/null; then
+  git archive "$rev" plugins/kernels/flex_flash | tar -xf - -C "$src"
+else
+  echo "ab_same_run: $rev is neither a revision of this .git nor a file; where .git is older than the" \
+    "tree, make its sources a tar where the revision is: git archive -o ab-base.tar $rev plugins/kernels/flex_flash" >&2
+  exit 1
+fi
+[ -f "$src/plugins/kernels/flex_flash/flex_flash.cpp" ] ||
+  { echo "ab_same_run: $rev holds no plugins/kernels/flex_flash/flex_flash.cpp" >&2; exit 1; }
 # The library must call itself by the manifest's name (the host refuses a mismatch).
 sed -i "s/LCA_EXPORT_KERNEL(\(.*\), \"flex_flash\",/LCA_EXPORT_KERNEL(\1, \"$name\",/" \
   "$src/plugins/kernels/flex_flash/flex_flash.cpp"

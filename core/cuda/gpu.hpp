@@ -33,7 +33,7 @@ GpuInfo query(int index);
 
 // cudaMalloc/cudaFree on one device, counting live and peak bytes, with an optional limit.
 // A refused request is a status (LCA_ERR_OUT_OF_MEMORY), never an abort. Thread-safe.
-// Caching (set_caching; lcahost's CUDA backend turns it on with LCA_ALLOC_CACHE=1): a released
+// Caching (set_caching; lcahost's CUDA backend turns it on unless LCA_ALLOC_CACHE=0): a released
 // block is kept for the next request of its exact size instead of going back to the driver, until
 // trim() (each cell's reset_peak), a cudaMalloc that fails, or caching goes off; release still
 // synchronizes the device, as cudaFree does. Live and peak bytes count what callers hold: a

@@ -56,6 +56,10 @@ inline float random_uniform(uint64_t seed, uint64_t index) {
 
 // limit_bytes: 0 = no limit; a request beyond it is refused as out of memory.
 std::unique_ptr<Backend> make_cpu_backend(size_t limit_bytes = 0);
+// Whether the CUDA backend keeps released device blocks for the next request of their size, from
+// LCA_ALLOC_CACHE's value: unset (nullptr) or "1" yes, "0" no; any other value throws
+// std::invalid_argument naming the variable and both values.
+bool alloc_cache_enabled(const char* value);
 // Throws std::runtime_error when CUDA is not built in or the device does not exist.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);
 // GPUs visible to this build (0 without CUDA or without a driver); never throws.

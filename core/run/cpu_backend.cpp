@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
 
 namespace lca::core {
@@ -82,6 +83,14 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cpu_backend(size_t limit_bytes) {
   return std::make_unique<CpuBackend>(limit_bytes);
+}
+
+bool alloc_cache_enabled(const char* value) {
+  if (value == nullptr || std::string(value) == "1") return true;
+  if (std::string(value) == "0") return false;
+  throw std::invalid_argument(std::string("LCA_ALLOC_CACHE='") + value +
+                              "': use 1 (keep released device blocks for their size's next request; the default) "
+                              "or 0 (a cudaFree at each release)");
 }
 
 #ifndef LCA_HAVE_CUDA

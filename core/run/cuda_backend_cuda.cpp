@@ -16,11 +16,10 @@ namespace {
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device), allocator_((set_device(device), device)) {
-    // LCA_ALLOC_CACHE=1: released blocks wait for their size's next request (DeviceAllocator), as
-    // the training frameworks' caching allocators keep them, instead of cudaMalloc and cudaFree in
-    // every call that allocates workspace (docs/DESIGN.md, Measurements).
-    const char* cache = std::getenv("LCA_ALLOC_CACHE");
-    allocator_.set_caching(cache != nullptr && std::string(cache) == "1");
+    // Released blocks wait for their size's next request (DeviceAllocator), as the training
+    // frameworks' caching allocators keep them, instead of a cudaMalloc and a cudaFree in every call
+    // that allocates workspace (docs/DESIGN.md, Measurements). LCA_ALLOC_CACHE=0 turns it off.
+    allocator_.set_caching(alloc_cache_enabled(std::getenv("LCA_ALLOC_CACHE")));
   }
   lca_device_type type() const override { return LCA_DEVICE_CUDA; }
   int device_index() const override { return device_; }

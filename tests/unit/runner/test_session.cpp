@@ -1,6 +1,7 @@
 // run_session in process: every cell of a tiny matrix is recorded with its measurements and its
 // check; skipped cells are X with a reason; E and FAIL are results and the run goes on.
 #include "core/report/results.hpp"
+#include "core/run/backend.hpp"
 #include "core/run/runner.hpp"
 #include "core/run/session.hpp"
 #include "run_support.hpp"
@@ -356,6 +357,24 @@ TEST(ResultsFile, Formatting) {
   EXPECT_EQ(core::format_bytes(512), "0.5K");
   EXPECT_EQ(core::format_bytes(3u << 20), "3.0M");
   EXPECT_EQ(core::format_bytes(size_t{3} << 30), "3.00G");
+}
+
+TEST(AllocCache, OnUnlessTurnedOffAndAnyOtherValueIsRefusedByName) {
+  // LCA_ALLOC_CACHE as the CUDA backend reads it (the CPU backend has no cache).
+  EXPECT_TRUE(core::alloc_cache_enabled(nullptr));
+  EXPECT_TRUE(core::alloc_cache_enabled("1"));
+  EXPECT_FALSE(core::alloc_cache_enabled("0"));
+  for (const char* bad : {"", "yes", "off", "2"}) {
+    try {
+      core::alloc_cache_enabled(bad);
+      ADD_FAILURE() << "LCA_ALLOC_CACHE='" << bad << "' was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("LCA_ALLOC_CACHE='" + std::string(bad) + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("use 1"), std::string::npos) << what;
+      EXPECT_NE(what.find("or 0"), std::string::npos) << what;
+    }
+  }
 }
 
 }  // namespace

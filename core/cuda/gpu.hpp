@@ -53,7 +53,7 @@ class DeviceAllocator {
   size_t peak_bytes() const;
   void reset_peak();  // peak := current; also trim()
   void trim();        // the cached blocks back to the driver
-  void set_caching(bool on);  // off (the default) also trims
+  void set_caching(bool on);  // off (the allocator's default; not lcahost's) also trims
   size_t cached_bytes() const;
   void set_limit(size_t limit_bytes);
   size_t limit() const;

@@ -6,9 +6,10 @@ operand (P in O += P V) written while its HGMMA may still be reading it; (3) in 
 forwards at head dim 128, the softmax's exponentials placed above the wait for the P V of the step
 before (ptxas 13.0 hoists that wait to the top of its basic block unless sm90::wait_below ends
 the block: the softmax then waits for the P V instead of running beside it, NOTES v38).
-Usage: check_wgmma_regs.py FILE.sass (cuobjdump -sass of an object). It runs the code up to the loop's back edge, then the loop body
-once more, remembering which instruction last wrote each register; at every S HGMMA the last
-writer of its A registers must be an LDSM (the load of Q). Exit 1 when one is not."""
+Usage: check_wgmma_regs.py FILE.sass (cuobjdump -sass of an object). For (1) it runs the code up to
+the loop's back edge, then the loop body once more, remembering which instruction last wrote each
+register; at every S HGMMA the last writer of its A registers must be an LDSM (the load of Q).
+Exit 1 when any check fails."""
 import re
 import sys
 

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 namespace gpu = lca::core::gpu;
@@ -99,18 +100,27 @@ TEST(GpuRuntime, OutOfMemoryIsAStatusAndTheNextAllocationWorks) {
   EXPECT_EQ(alloc.peak_bytes(), 5 * kMiB);
 }
 
-TEST(GpuRuntime, CachingKeepsReleasedBlocksForTheirSizeAndCountsOnlyLiveBytes) {
-  LCA_SKIP_WITHOUT_GPU();
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  gpu::DeviceAllocator alloc(0);
-  alloc.set_caching(true);
+// A caching allocator on GPU 0 whose cache holds one released 64 MiB block, `a`. The tests assert
+// pointers and counts only: free memory as cudaMemGetInfo sees it moves with the GPU tests that
+// ctest runs beside them.
+class Caching : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LCA_SKIP_WITHOUT_GPU();
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    alloc_ = std::make_unique<gpu::DeviceAllocator>(0);
+    alloc_->set_caching(true);
+    ASSERT_EQ(alloc_->allocate(64 * kMiB, &a), LCA_OK);
+    alloc_->release(a);
+    ASSERT_EQ(alloc_->current_bytes(), 0u);
+    ASSERT_EQ(alloc_->cached_bytes(), 64 * kMiB);
+  }
+  std::unique_ptr<gpu::DeviceAllocator> alloc_;
   void* a = nullptr;
-  // Pointers and counts only: free memory as cudaMemGetInfo sees it moves with the GPU tests that
-  // ctest runs beside this one.
-  ASSERT_EQ(alloc.allocate(64 * kMiB, &a), LCA_OK);
-  alloc.release(a);
-  EXPECT_EQ(alloc.current_bytes(), 0u);
-  EXPECT_EQ(alloc.cached_bytes(), 64 * kMiB);
+};
+
+TEST_F(Caching, KeepsReleasedBlocksForTheirSizeAndCountsOnlyLiveBytes) {
+  gpu::DeviceAllocator& alloc = *alloc_;
   void* b = nullptr;
   ASSERT_EQ(alloc.allocate(64 * kMiB, &b), LCA_OK);
   EXPECT_EQ(b, a) << "a request of the same size takes the cached block";
@@ -134,18 +144,11 @@ TEST(GpuRuntime, CachingKeepsReleasedBlocksForTheirSizeAndCountsOnlyLiveBytes) {
   EXPECT_EQ(alloc.cached_bytes(), 0u) << "without caching a release goes back to the driver";
 }
 
-TEST(GpuRuntime, CachingGivesItsBlocksBackWhenTheDriverRefuses) {
+TEST_F(Caching, GivesItsBlocksBackWhenTheDriverRefuses) {
   // A request the driver refuses first gives the cache back and asks again; refused again, it is
   // a status. (A request that fits only once the cache is gone would need most of the GPU's
   // memory, which the GPU tests that ctest runs beside this one may be holding.)
-  LCA_SKIP_WITHOUT_GPU();
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  gpu::DeviceAllocator alloc(0);
-  alloc.set_caching(true);
-  void* a = nullptr;
-  ASSERT_EQ(alloc.allocate(64 * kMiB, &a), LCA_OK);
-  alloc.release(a);
-  ASSERT_EQ(alloc.cached_bytes(), 64 * kMiB);
+  gpu::DeviceAllocator& alloc = *alloc_;
   void* huge = reinterpret_cast<void*>(1);
   EXPECT_EQ(alloc.allocate(size_t{1} << 50, &huge), LCA_ERR_OUT_OF_MEMORY);
   EXPECT_EQ(huge, nullptr);

@@ -32,6 +32,12 @@ bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32
   return dev::pair_forward_wanted(idle_share, mean_tiles, max_tiles, group);
 }
 
+bool wg3_forward(int32_t head_dim, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
+  return dev::wg3_forward_wanted(head_dim, idle_share, mean_tiles, max_tiles, group);
+}
+
+bool wg3_forward_forced() { return dev::forward_choice() == dev::ForwardChoice::sm90_k128_wg3; }
+
 BwdPairing backward_pairing() {
   const std::string& v = dev::backward_variant();
   if (v == "sm90_unpaired" || v == "sm90_atomic") return BwdPairing::kNone;

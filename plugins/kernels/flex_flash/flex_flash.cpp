@@ -173,9 +173,17 @@ class FlexFlash final : public lca::IKernel {
       return b;
     });
     TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
-    if (fwd.tile_rows == kFwdRows &&
-        pair_forward(idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, static_cast<int32_t>(pr.heads_q / pr.heads_kv)))
+    const auto group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
+    if (fwd.tile_rows == kFwdRows && pair_forward(idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group))
       fwd = build_schedule(mask, /*by_query=*/true, kTile);
+    else if (fwd.tile_rows == kFwdRows && wg3_forward(static_cast<int32_t>(pr.head_dim), idle_share(fwd),
+                                                      mean_tiles(fwd), fwd.max_tiles, group)) {
+      // Three consumers on 192-row tiles: asked for (LCA_FLEX_FORWARD=sm90_k128_wg3), or by default
+      // where their grid's simulated dispatch does not lose what they gain a cell.
+      TileSchedule rows192 = build_schedule(mask, /*by_query=*/true, 3 * kTile);
+      if (wg3_forward_forced() || wg3_dispatch_faster(fwd, rows192, static_cast<int32_t>(pr.heads_q), sms))
+        fwd = std::move(rows192);
+    }
     plan->fwd = upload(fwd, exec);
     plan->fwd.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");
     const Bwd b = bwd.get();

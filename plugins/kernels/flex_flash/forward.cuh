@@ -198,11 +198,13 @@ void launch_forward_tiles(const FwdParams& p, cudaStream_t stream) {
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_kernel");
 }
 
-// The block's rows follow the schedule's tile rows (64 or 128); 128-row tiles take the wgmma
-// kernel on Hopper, and so do 64-row tiles where the group is even (the pair kernel).
+// The block's rows follow the schedule's tile rows (64, 128 or 192); 128-row tiles take the wgmma
+// kernel on Hopper, and so do 64-row tiles where the group is even (the pair kernel) and 192-row
+// tiles (three consumers, at head dim 64: plan() builds them only where that kernel runs).
 template <class T, int D>
 void run_forward(const FwdParams& p, cudaStream_t stream) {
-  const bool sm90_rows = p.sched.tile_rows == Sm90Layout<T, D>::kRows || (p.sched.tile_rows == 64 && p.group % 2 == 0);
+  const bool sm90_rows = p.sched.tile_rows == Sm90Layout<T, D>::kRows || (p.sched.tile_rows == 64 && p.group % 2 == 0) ||
+                         p.sched.tile_rows == 3 * kTile;
   if (sm90_rows && sm90_available()) launch_forward_sm90<T, D>(p, stream);
   else if (p.sched.tile_rows == 64) launch_forward_tiles<T, D, 1>(p, stream);
   else launch_forward_tiles<T, D, 2>(p, stream);

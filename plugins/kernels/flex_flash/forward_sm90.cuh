@@ -15,9 +15,13 @@
 // softmax, a lone P V and a block launch (its row tiles that see nothing are written apart, by
 // empty_rows_kernel); in the pair variant (64-key overlapped steps on 64-row tiles) the two
 // consumers take the same 64 query rows of two heads that share K and V, so that a mask that
-// changes within 128 rows (block_sparse's 64-token blocks) leaves neither with idle tiles.
+// changes within 128 rows (block_sparse's 64-token blocks) leaves neither with idle tiles; at head
+// dim 64 the k128 variant runs three consumers on 192-row tiles (sm90_k128_wg3, 160 registers a
+// consumer thread), whose steps are short enough that two consumers leave the tensor cores idle
+// between their softmaxes.
 // Used by launch_*.cu through run_forward<T, D> (forward.cuh) unless LCA_FLEX_FORWARD=mma, where
-// the GPU is sm_90 and the schedule has 128-row tiles, or 64-row tiles and an even group (pair).
+// the GPU is sm_90 and the schedule has 128-row tiles, 64-row tiles and an even group (pair), or
+// 192-row tiles (three consumers, head dim 64).
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
 // rows that see nothing get O = 0, LSE = -inf.
 #pragma once
@@ -47,9 +51,12 @@ struct Sm90Maps {
 // kernel that skips idle tiles (kSkip) takes as many as fit (forward_stages).
 // Keys: keys a step, 64 (one schedule tile) or 128 (two schedule tiles, each loaded by its own
 // TMA boxes into one half of the step's rows, so they need not be adjacent).
-template <class T, int D, int Stages = 2, int Keys = kTile>
+// Consumers: consumer warpgroups of 64 query rows each, 2 (128-row tiles) or 3 (192-row tiles:
+// the 128-key kernel at head dim 64, sm90_k128_wg3).
+template <class T, int D, int Stages = 2, int Keys = kTile, int Consumers = 2>
 struct Sm90Layout {
-  static constexpr int kRows = 128;                     // query rows a block (two consumers of 64)
+  static constexpr int kConsumers = Consumers;
+  static constexpr int kRows = 64 * Consumers;          // query rows a block (a consumer's 64 each)
   static constexpr int kKeys = Keys;
   static constexpr int kSubs = Keys / kTile;            // schedule tiles a step
   static constexpr int kHalves = D / 64;                // 128-byte column halves of a row
@@ -61,7 +68,7 @@ struct Sm90Layout {
   static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
   static constexpr int kBars = 1 + 3 * kStages;         // q, full_k[S], full_v[S], empty[S]
   static constexpr int kBytes = kBarOffset + 8 * kBars + 1024;  // + slack to align the base to 1024
-  static constexpr int kThreads = 384;
+  static constexpr int kThreads = 128 * (1 + Consumers);
   static constexpr int kKStages = 0, kVStages = 0, kItemOffset = 0;  // the persistent layout's (none)
 };
 
@@ -88,8 +95,8 @@ constexpr int forward_stages() {
 }
 
 // A variant's layout, with its stages.
-template <class T, int D, bool kOverlap, bool kPingpong, int kKeys>
-using Sm90VariantLayout = Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys>(), kKeys>;
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys, int kConsumers = 2>
+using Sm90VariantLayout = Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys>(), kKeys, kConsumers>;
 
 // What the persistent forward's producer tells the consumers of the row tile in a Q buffer: which
 // one (q_tile -1: the block has no more), and its runs, the first one whole, so that the
@@ -108,6 +115,7 @@ static_assert(sizeof(PersistentSlot) == 32);
 // and head loaded there.
 template <class T, int D>
 struct Sm90PersistentLayout {
+  static constexpr int kConsumers = 2;
   static constexpr int kRows = 128;
   static constexpr int kKeys = 2 * kTile;
   static constexpr int kSubs = 2;
@@ -143,16 +151,23 @@ struct RingSlot {
 constexpr int32_t kAbsentTile = -2;
 
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, bool kPersistent = false,
-          bool kPair = false>
-__global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
+          bool kPair = false, int kConsumers = 2>
+__global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
+    forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = std::conditional_t<kPersistent, Sm90PersistentLayout<T, D>,
-                               Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys>>;
+                               Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys, kConsumers>>;
   static_assert(kKeys == kTile || (kKeys == 2 * kTile && kOverlap), "128-key steps: overlap kernels only");
   static_assert(!kPersistent || (kOverlap && !kPingpong && kKeys == 2 * kTile),
                 "persistent: the 128-key overlap kernel");
   static_assert(!kPair || (kOverlap && !kPingpong && kKeys == kTile && !kPersistent),
                 "pair: the 64-key overlap kernel");
+  // Three consumers (192-row tiles): the 128-key overlap kernel only. Their registers: 160 a
+  // consumer thread (3 x 128 x 160 + 128 x 24 of the producer <= 64K), which holds head dim 64's
+  // S (64), P (32) and O (32), not head dim 128's.
+  static_assert(kConsumers == 2 || (kConsumers == 3 && D == 64 && kOverlap && !kPingpong && kKeys == 2 * kTile &&
+                                    !kPersistent && !kPair),
+                "three consumers: the 128-key overlap kernel at head dim 64");
   // 128-key steps take S = Q K^T with Q from shared memory (SS): Q's 32 registers would not fit
   // beside S (64), P (32) and O (64) of the wider step.
   constexpr bool kQInSmem = kKeys > kTile;
@@ -209,7 +224,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
       for (int s = 0; s < L::kStages; ++s) {
         sm90::mbar_init(full_k(s), 1);
         sm90::mbar_init(full_v(s), 1);
-        sm90::mbar_init(empty(s), 2 * 128);
+        sm90::mbar_init(empty(s), kConsumers * 128);
       }
     }
     sm90::mbar_fence_init();
@@ -333,7 +348,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
   // Consumers: warpgroup c owns query rows 64 c .. 64 c + 63 of the tile (pair: the tile's 64
   // rows of head h + c, in the same place of the Q buffer); warp w of it rows
   // 16 w .. 16 w + 15 (the wgmma row layout), and a thread rows g and g + 8 of those.
-  sm90::regs_inc<240>();
+  sm90::regs_inc<kConsumers == 3 ? 160 : 240>();
   const int c = __reduce_min_sync(0xffffffffu, wg - 1);  // uniform to ptxas: descriptors in uniform registers
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -834,9 +849,10 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const FwdParams p,
 // "sm90_persistent" (sm90_k128 with a block an SM, the row tiles one after another, each one's
 // first S beside the last P V of the tile before; v17), "sm90_pair" (sm90_overlap on 64-row tiles,
 // its two consumers on two query heads of one kv head; v19: plan() builds the 64-row schedule for
-// it, where the group is even), "sm90_pingpong" (64 keys, taking turns; v8), "sm90" (the wgmma
-// kernel, one 64-key tile at a time) or "mma" (the portable mma.sync kernel). Measurements in
-// docs/kernels/NOTES.md.
+// it, where the group is even), "sm90_k128_wg3" (sm90_k128 with three consumers on 192-row tiles,
+// at head dim 64 only: plan() builds the 192-row schedule for it; elsewhere sm90_k128; v40),
+// "sm90_pingpong" (64 keys, taking turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a
+// time) or "mma" (the portable mma.sync kernel). Measurements in docs/kernels/NOTES.md.
 enum class ForwardChoice {
   mma,
   sm90,
@@ -846,13 +862,14 @@ enum class ForwardChoice {
   sm90_k128_pingpong,
   sm90_persistent,
   sm90_pair,
+  sm90_k128_wg3,
   sm90_auto
 };
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
     const std::string s =
-        variant_env("LCA_FLEX_FORWARD",
-                    "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong sm90_persistent sm90_pair");
+        variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong "
+                                        "sm90_persistent sm90_pair sm90_k128_wg3");
     return s == "mma"                  ? ForwardChoice::mma
            : s == "sm90"               ? ForwardChoice::sm90
            : s == "sm90_overlap"       ? ForwardChoice::sm90_overlap
@@ -861,19 +878,20 @@ inline ForwardChoice forward_choice() {
            : s == "sm90_k128"          ? ForwardChoice::sm90_k128
            : s == "sm90_persistent"    ? ForwardChoice::sm90_persistent
            : s == "sm90_pair"          ? ForwardChoice::sm90_pair
+           : s == "sm90_k128_wg3"      ? ForwardChoice::sm90_k128_wg3
                                        : ForwardChoice::sm90_auto;
   }();
   return choice;
 }
 
-template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile>
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, int kConsumers = 2>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
-  using L = Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys>;
+  using L = Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys, kConsumers>;
   static_assert(L::kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
-  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+  constexpr auto kernel = forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys, false, false, kConsumers>;
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
-  forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  kernel<<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
 }
 
@@ -931,27 +949,35 @@ void launch_forward_sm90_pair(const FwdParams& p, const Sm90Maps& maps, cudaStre
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel (pair)");
 }
 
-// The Hopper forward of a 128-row schedule, or of a 64-row one with an even group (the pair kernel).
+// The Hopper forward of a 128-row schedule, of a 64-row one with an even group (the pair kernel), or
+// of a 192-row one at head dim 64 (three consumers, sm90_k128_wg3).
 template <class T, int D>
 void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
-  using L = Sm90Layout<T, D>;
   Sm90Maps maps;
   const int64_t heads_kv = p.heads_q / p.group;
   const bool pair = p.sched.tile_rows == kTile;
-  maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, pair ? kTile : L::kRows, "q");
+  // Q lands in one box of the tile's rows (the pair kernel: a 64-row box a head).
+  maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, static_cast<uint32_t>(p.sched.tile_rows),
+                           "q");
   maps.k = make_thd_map<T>(p.k, D, heads_kv, p.seqlen_k, p.k_head, p.k_tok, kTile, "k");
   maps.v = make_thd_map<T>(p.v, D, heads_kv, p.seqlen_k, p.v_head, p.v_tok, kTile, "v");
   maps.o_tma = reinterpret_cast<uintptr_t>(p.o) % 16 == 0 && (p.o_head * sizeof(T)) % 16 == 0 &&
                (p.o_tok * sizeof(T)) % 16 == 0;
   if (maps.o_tma) maps.o = make_thd_map<T>(p.o, D, p.heads_q, p.seqlen_q, p.o_head, p.o_tok, 64, "o");
   if (pair) return launch_forward_sm90_pair<T, D>(p, maps, stream);
+  if (p.sched.tile_rows == 3 * kTile) {
+    if constexpr (D == 64) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3>(p, maps, stream);
+    throw lca::Error(LCA_ERR_INTERNAL, "flex_flash: a 192-row forward schedule at head dim 128");
+  }
   switch (forward_choice()) {
     case ForwardChoice::sm90_pingpong: return launch_forward_sm90_variant<T, D, true, true>(p, maps, stream);
     case ForwardChoice::sm90: return launch_forward_sm90_variant<T, D, false, false>(p, maps, stream);
     case ForwardChoice::sm90_overlap: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
     case ForwardChoice::sm90_k128_pingpong:
       return launch_forward_sm90_variant<T, D, true, true, 2 * kTile>(p, maps, stream);
-    case ForwardChoice::sm90_k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
+    case ForwardChoice::sm90_k128:
+    case ForwardChoice::sm90_k128_wg3:  // at head dim 128 (plan() builds 192-row tiles only at 64)
+      return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
     case ForwardChoice::sm90_persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
     default:
       // A 128-row schedule: plan() did not take the pair kernel (Sm90Forward::pair), so the
@@ -967,6 +993,17 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
 
 // The wgmma kernel runs where it was asked for (forward_choice) and can run (sm90_device).
 inline bool sm90_available() { return forward_choice() != ForwardChoice::mma && sm90_device(); }
+
+// Whether plan() builds the forward's 192-row schedule for the three-consumer kernel: at head dim 64,
+// where the wgmma kernels run and LCA_FLEX_FORWARD asks for sm90_k128_wg3 or, unset, the 128-row
+// schedule calls for sm90_k128 (default_sm90_forward).
+inline bool wg3_forward_wanted(int head_dim, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
+  if (head_dim != 64 || !sm90_available()) return false;
+  const ForwardChoice choice = forward_choice();
+  return choice == ForwardChoice::sm90_k128_wg3 ||
+         (choice == ForwardChoice::sm90_auto &&
+          default_sm90_forward(idle_share, mean_tiles, max_tiles, group) == Sm90Forward::k128);
+}
 
 // Whether plan() builds the forward's 64-row schedule for the pair kernel: where the wgmma kernels
 // run, the group is even, and LCA_FLEX_FORWARD asks for sm90_pair or, unset, the 128-row

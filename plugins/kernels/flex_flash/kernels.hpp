@@ -120,6 +120,12 @@ double wide_tile_speedup(bool forward);
 // the 128-row schedule's idle share, mean and most tiles a row tile: plan() then builds the 64-row
 // schedule.
 bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group);
+// Whether the forward takes the Hopper kernel with three consumers (forward_sm90.cuh,
+// wg3_forward_wanted) at this head dim, given the 128-row schedule's idle share, mean and most tiles
+// a row tile: plan() then builds the 192-row schedule.
+bool wg3_forward(int32_t head_dim, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group);
+// Whether LCA_FLEX_FORWARD=sm90_k128_wg3 asks for it (then on every mask, whatever the dispatch).
+bool wg3_forward_forced();
 
 // How the Hopper backward puts key tiles into blocks (backward_items), from LCA_FLEX_BACKWARD:
 // one a block (sm90_unpaired, sm90_atomic); pairs on causal-like masks (the default); pairs on
@@ -179,6 +185,21 @@ constexpr float kIdleShareFor64Keys = 0.1f;
 // of many short row tiles and a few long ones (none among the builtin patterns at 4K-64K).
 constexpr float kPersistentMeanTiles = 24.f;
 constexpr int32_t kPersistentMaxTiles = 64;
+// At head dim 64, where the 128-key kernel is picked, three consumers on 192-row tiles
+// (sm90_k128_wg3) run a cell faster: measured (H100, heads 64:8, NOTES v40) 1.064-1.144x over two
+// consumers on 128-row tiles, geomean 1.088 at 16K and 1.114 at 32K-64K (full, causal,
+// causal_document, shared_question, prefix_lm_causal). But a grid of 192-row tiles is a third
+// shorter, and with few heads its last wave can cost more than that: heads 8:1 at 16K on full make
+// 688 blocks on 132 SMs (5.2 waves, the sixth nearly empty) against 1024 (7.8). plan() takes the
+// 192-row tiles where their simulated dispatch (simulated_forward_makespan, in cells) is at most
+// kWg3CellSpeedup times the 128-row tiles'. The speed-up is the measured one, rounded down.
+constexpr double kWg3CellSpeedup = 1.08;
+inline bool wg3_dispatch_faster(const TileSchedule& rows128, const TileSchedule& rows192, int32_t heads_q,
+                                int32_t slots) {
+  if (slots <= 0) return true;
+  return double(simulated_forward_makespan(rows192, heads_q, slots)) <=
+         kWg3CellSpeedup * double(simulated_forward_makespan(rows128, heads_q, slots));
+}
 // Where the 64-key kernel is picked and the group (heads_q / heads_kv) is even, the pair kernel
 // is picked instead: plan() builds 64-row tiles and a block's two consumers take the same 64 rows
 // of two query heads that share K and V, so neither has idle tiles to skip (v19).

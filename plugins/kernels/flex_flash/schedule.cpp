@@ -192,7 +192,8 @@ void finish_order(TileSchedule& s, const std::vector<int64_t>& cost) {
 }  // namespace
 
 TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_rows) {
-  lca::require(tile_rows == 64 || tile_rows == 128, LCA_ERR_INTERNAL, "flex_flash: tile rows must be 64 or 128");
+  lca::require(tile_rows == 64 || tile_rows == 128 || tile_rows == 192, LCA_ERR_INTERNAL,
+               "flex_flash: tile rows must be 64, 128 or 192");
   TileSchedule s;
   s.tile_rows = tile_rows;
   const int64_t R = tile_rows;
@@ -382,6 +383,20 @@ int64_t simulated_makespan(const std::vector<int64_t>& costs, int32_t slots) {
 }
 
 }  // namespace
+
+int64_t simulated_forward_makespan(const TileSchedule& s, int32_t heads, int32_t slots) {
+  std::vector<int64_t> row_cost(static_cast<size_t>(s.row_tiles), 0);
+  for (int32_t t = 0; t < s.row_tiles; ++t) {
+    int64_t tiles = 0;
+    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) tiles += s.runs[r].end - s.runs[r].begin;
+    row_cost[static_cast<size_t>(t)] = tiles > 0 ? (tiles + kForwardBlockTiles) * s.tile_rows : 0;
+  }
+  std::vector<int64_t> costs;
+  costs.reserve(static_cast<size_t>(s.row_tiles) * static_cast<size_t>(heads));
+  for (int32_t h = 0; h < heads; ++h)
+    for (const int32_t t : s.order) costs.push_back(row_cost[static_cast<size_t>(t)]);
+  return simulated_makespan(costs, slots);
+}
 
 int64_t item_iterations(const BwdItem& it, int32_t group) {
   return (int64_t{it.query_tiles[0]} + it.query_tiles[1]) * group;

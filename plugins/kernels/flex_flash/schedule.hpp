@@ -46,6 +46,14 @@ struct TileSchedule {
   std::vector<int32_t> key_blocks;
 };
 
+// When the last block of a forward grid over the schedule ends (simulated): a block a (row tile,
+// head), row tiles in `order` and heads outer as the non-persistent Hopper kernels launch them, each
+// costing its cells (64-key tiles x tile_rows) plus kForwardBlockTiles tiles' worth for its Q load,
+// its lone first S and last P V and its finish (chosen, not timed), on `slots` SMs a block each.
+// What plan() weighs 192-row tiles against 128-row ones by (kernels.hpp, wg3_dispatch_faster).
+constexpr int64_t kForwardBlockTiles = 2;
+int64_t simulated_forward_makespan(const TileSchedule& s, int32_t heads, int32_t slots);
+
 // Of the 64-row halves of the schedule's tiles, the share that sees nothing (0 for no tiles): what
 // the default Hopper forward picks its step width by (kernels.hpp, kIdleShareFor64Keys).
 double idle_share(const TileSchedule& s);
@@ -54,7 +62,8 @@ double idle_share(const TileSchedule& s);
 double mean_tiles(const TileSchedule& s);
 
 // by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).
-// tile_rows: 64 or 128. The mask must already be validated (slices in bounds, known types).
+// tile_rows: 64, 128 or 192 (the three-consumer Hopper forward's). The mask must already be
+// validated (slices in bounds, known types).
 TileSchedule build_schedule(const lca_mask& mask, bool by_query, int32_t tile_rows = kTile);
 
 // The kernels' schedule: wide_rows-row tiles, unless 64-row tiles take less time (masks that

@@ -225,7 +225,9 @@ void expect_blocks_partition(const TileSchedule& s, int32_t blocks) {
 
 void expect_exact(const lca_mask& m, const std::string& label) {
   const std::vector<char> truth = lca::test::dense_truth(m);  // row-major over (q, k)
-  for (auto [by_query, tile_rows] : {std::pair{true, 64}, std::pair{true, 128}, std::pair{false, 64}, std::pair{false, 128}}) {
+  // 192-row tiles: the forward of the three-consumer Hopper kernel (head dim 64).
+  for (auto [by_query, tile_rows] : {std::pair{true, 64}, std::pair{true, 128}, std::pair{true, 192}, std::pair{false, 64},
+                                     std::pair{false, 128}}) {
     SCOPED_TRACE(label + (by_query ? " forward" : " backward") + " tile rows " + std::to_string(tile_rows));
     expect_schedule_exact(build_schedule(m, by_query, tile_rows), m, truth, by_query);
   }
@@ -524,6 +526,31 @@ TEST(FlexSchedule, ShortRowTilesPickThePersistentForward) {
     EXPECT_EQ(picked, window || (seqlen == 4096 && name != "block_sparse"))
         << name << " " << seqlen << ": " << tiles << " / " << s.max_tiles;
   });
+}
+
+// Head dim 64's three consumers (192-row tiles) where the 128-key kernel runs: taken with heads 64
+// (full at 16K: 42 waves of 192-row blocks against 63 of 128-row ones, the same cells a wave slot),
+// not with heads 8 at 16K on full (6 waves of 192 rows, the sixth 16 blocks of 132, against 8 waves of
+// 128: 1.125x the cells), taken there at 32K (11 waves against 16: 1.03x). The simulated makespan
+// counts cells: full at 16K, heads 8, 128-row tiles: 8 waves of (256 + 2) x 128.
+TEST(FlexSchedule, ThreeConsumerTilesWhereTheGridKeepsTheirGain) {
+  using lca_flex_flash::simulated_forward_makespan;
+  using lca_flex_flash::wg3_dispatch_faster;
+  for (int64_t seqlen : {16384, 32768}) {
+    for (const char* name : {"full", "causal"}) {
+      auto g = BuiltinProvider::instance().generate(name, "{}", seqlen, 42);
+      ASSERT_EQ(g.status, LCA_OK) << g.error;
+      const TileSchedule s128 = build_schedule(*g.mask, /*by_query=*/true, 128);
+      const TileSchedule s192 = build_schedule(*g.mask, /*by_query=*/true, 192);
+      SCOPED_TRACE(std::string(name) + " " + std::to_string(seqlen));
+      EXPECT_TRUE(wg3_dispatch_faster(s128, s192, 64, 132));
+      EXPECT_TRUE(wg3_dispatch_faster(s128, s192, 8, 0));  // no SM count: no dispatch to weigh
+      if (std::string(name) == "full") {
+        EXPECT_EQ(wg3_dispatch_faster(s128, s192, 8, 132), seqlen == 32768);
+        if (seqlen == 16384) EXPECT_EQ(simulated_forward_makespan(s128, 8, 132), 8 * (256 + 2) * 128);
+      }
+    }
+  }
 }
 
 // TileSchedule::max_tiles: the longest row tile's scheduled tiles. At 4K, full: 64 on every row

@@ -55,7 +55,6 @@ struct Sm90Maps {
 // the 128-key kernel at head dim 64, sm90_k128_wg3).
 template <class T, int D, int Stages = 2, int Keys = kTile, int Consumers = 2>
 struct Sm90Layout {
-  static constexpr int kConsumers = Consumers;
   static constexpr int kRows = 64 * Consumers;          // query rows a block (a consumer's 64 each)
   static constexpr int kKeys = Keys;
   static constexpr int kSubs = Keys / kTile;            // schedule tiles a step
@@ -115,7 +114,6 @@ static_assert(sizeof(PersistentSlot) == 32);
 // and head loaded there.
 template <class T, int D>
 struct Sm90PersistentLayout {
-  static constexpr int kConsumers = 2;
   static constexpr int kRows = 128;
   static constexpr int kKeys = 2 * kTile;
   static constexpr int kSubs = 2;

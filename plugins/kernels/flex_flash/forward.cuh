@@ -206,6 +206,8 @@ void run_forward(const FwdParams& p, cudaStream_t stream) {
   const bool sm90_rows = p.sched.tile_rows == Sm90Layout<T, D>::kRows || (p.sched.tile_rows == 64 && p.group % 2 == 0) ||
                          p.sched.tile_rows == 3 * kTile;
   if (sm90_rows && sm90_available()) launch_forward_sm90<T, D>(p, stream);
+  else if (p.sched.tile_rows == 3 * kTile)
+    throw lca::Error(LCA_ERR_INTERNAL, "flex_flash: a 192-row forward schedule where the wgmma kernels do not run");
   else if (p.sched.tile_rows == 64) launch_forward_tiles<T, D, 1>(p, stream);
   else launch_forward_tiles<T, D, 2>(p, stream);
 }

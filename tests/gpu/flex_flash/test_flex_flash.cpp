@@ -206,15 +206,16 @@ TEST(FlexFlash, FirstWritersOfDqMatchTheGpuReference) {
   }
 }
 
-// Head dim 64 with row tiles long enough for the 128-key kernel (causal and documents at 8K + 37,
-// heads 8:2): by default the forward there runs three consumers on 192-row tiles (plan() builds the
-// 192-row schedule; the last tile is partial, and causal's diagonal tiles are masked in 192-word
-// bitmasks).
+// Head dim 64 with row tiles long enough for the 128-key kernel (causal and documents at 8K + 37)
+// and heads enough (48:12) that the grid of 192-row tiles keeps their gain on an H100: by default the
+// forward there runs three consumers on 192-row tiles (plan() builds the 192-row schedule; the last
+// tile is partial, and causal's diagonal tiles are masked in 192-word bitmasks; test_flex_schedule's
+// TheThreeConsumerGpuTestsMasksTakeThreeConsumers checks that the default takes them).
 TEST(FlexFlash, ThreeConsumersAtHeadDim64MatchTheGpuReference) {
   LCA_SKIP_WITHOUT_GPU();
   const int64_t s = 8192 + 37;
-  expect_matches_gpu_reference(make("causal_8k37_gqa4_d64_bf16", s, s, 8, 2, 64, LCA_DTYPE_BF16, mask_causal(s)), 80);
-  expect_matches_gpu_reference(make("documents_8k37_gqa4_d64_f16", s, s, 8, 2, 64, LCA_DTYPE_F16,
+  expect_matches_gpu_reference(make("causal_8k37_gqa4_d64_bf16", s, s, 48, 12, 64, LCA_DTYPE_BF16, mask_causal(s)), 80);
+  expect_matches_gpu_reference(make("documents_8k37_gqa4_d64_f16", s, s, 48, 12, 64, LCA_DTYPE_F16,
                                     mask_documents({5000, 37, 2000, s - 7037}, true)),
                                81);
 }

@@ -553,6 +553,32 @@ TEST(FlexSchedule, ThreeConsumerTilesWhereTheGridKeepsTheirGain) {
   }
 }
 
+// The masks of test_flex_flash's ThreeConsumersAtHeadDim64MatchTheGpuReference (8K + 37 tokens,
+// heads 48:12): on an H100's 132 SMs the default takes the 128-key kernel on their 128-row schedules
+// and then the 192-row tiles, so that GPU test runs the three consumers, as it says. With heads 8:2
+// (that test's first form) it did not: 8 heads' grids of 192-row tiles cost 1.13 / 1.21x the cells
+// of 128-row ones, over kWg3CellSpeedup.
+TEST(FlexSchedule, TheThreeConsumerGpuTestsMasksTakeThreeConsumers) {
+  const int64_t s = 8192 + 37;
+  std::vector<lca_slice> causal{lca_slice{0, s, 0, s, LCA_SLICE_CAUSAL, 0}}, documents;
+  int64_t at = 0;
+  for (int64_t len : {int64_t{5000}, int64_t{37}, int64_t{2000}, s - 7037}) {
+    documents.push_back(lca_slice{at, at + len, at, at + len, LCA_SLICE_CAUSAL, 0});
+    at += len;
+  }
+  for (const auto* slices : {&causal, &documents}) {
+    const lca_mask m{sizeof(lca_mask), s, s, static_cast<int64_t>(slices->size()), slices->data(), nullptr, 0, nullptr};
+    const TileSchedule s128 = build_schedule(m, /*by_query=*/true, 128);
+    EXPECT_EQ(lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s128), lca_flex_flash::mean_tiles(s128),
+                                                   s128.max_tiles, 4),
+              lca_flex_flash::Sm90Forward::k128)
+        << slices->size() << " slices";
+    const TileSchedule s192 = build_schedule(m, /*by_query=*/true, 192);
+    EXPECT_TRUE(lca_flex_flash::wg3_dispatch_faster(s128, s192, 48, 132)) << slices->size() << " slices";
+    EXPECT_FALSE(lca_flex_flash::wg3_dispatch_faster(s128, s192, 8, 132)) << slices->size() << " slices";
+  }
+}
+
 // TileSchedule::max_tiles: the longest row tile's scheduled tiles. At 4K, full: 64 on every row
 // tile; causal: the last row tile's 64; sliding_window (512 each side there): 1152 keys, 18 tiles
 // of 64. At 16K sliding_window (1024 each side): 2176 keys, 34 tiles.

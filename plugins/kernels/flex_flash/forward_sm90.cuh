@@ -13,9 +13,10 @@
 // in rings of their own), and the first S of a row tile is issued beside the last P V of the one
 // before, so that a short row tile (a sliding window's) no longer pays its Q load, a lone S and
 // softmax, a lone P V and a block launch (its row tiles that see nothing are written apart, by
-// empty_rows_kernel); in the pair variant (64-key overlapped steps on 64-row tiles) the two
-// consumers take the same 64 query rows of two heads that share K and V, so that a mask that
-// changes within 128 rows (block_sparse's 64-token blocks) leaves neither with idle tiles; at head
+// empty_rows_kernel); in the pair variant (overlapped steps on 64-row tiles: 128 keys a step, any
+// two of the row tile's 64-key tiles, or 64 in sm90_pair64) the two consumers take the same 64
+// query rows of two heads that share K and V, so that a mask that changes within 128 rows
+// (block_sparse's 64-token blocks) leaves neither with idle tiles; at head
 // dim 64 the k128 variant runs three consumers on 192-row tiles (sm90_k128_wg3, 160 registers a
 // consumer thread), whose steps are short enough that two consumers leave the tensor cores idle
 // between their softmaxes.
@@ -158,8 +159,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
   static_assert(kKeys == kTile || (kKeys == 2 * kTile && kOverlap), "128-key steps: overlap kernels only");
   static_assert(!kPersistent || (kOverlap && !kPingpong && kKeys == 2 * kTile),
                 "persistent: the 128-key overlap kernel");
-  static_assert(!kPair || (kOverlap && !kPingpong && kKeys == kTile && !kPersistent),
-                "pair: the 64-key overlap kernel");
+  static_assert(!kPair || (kOverlap && !kPingpong && !kPersistent), "pair: an overlap kernel, 64 or 128 keys a step");
   // Three consumers (192-row tiles): the 128-key overlap kernel only. Their registers: 160 a
   // consumer thread (3 x 128 x 160 + 128 x 24 of the producer <= 64K), which holds head dim 64's
   // S (64), P (32) and O (32), not head dim 128's.
@@ -845,9 +845,10 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
 // (that, with the two consumers taking turns to issue), "sm90_overlap" (the same with 64 keys a
 // step, Q in registers, and the tiles idle for a consumer's rows skipped; v6, v12),
 // "sm90_persistent" (sm90_k128 with a block an SM, the row tiles one after another, each one's
-// first S beside the last P V of the tile before; v17), "sm90_pair" (sm90_overlap on 64-row tiles,
-// its two consumers on two query heads of one kv head; v19: plan() builds the 64-row schedule for
-// it, where the group is even), "sm90_k128_wg3" (sm90_k128 with three consumers on 192-row tiles,
+// first S beside the last P V of the tile before; v17), "sm90_pair" (sm90_k128 on 64-row tiles,
+// its two consumers on two query heads of one kv head, a step any two of the row tile's 64-key
+// tiles; v41: plan() builds the 64-row schedule for it, where the group is even), "sm90_pair64"
+// (the same with 64-key steps, sm90_overlap's loop without its skip; v19), "sm90_k128_wg3" (sm90_k128 with three consumers on 192-row tiles,
 // at head dim 64 only: plan() builds the 192-row schedule for it; elsewhere sm90_k128; v40),
 // "sm90_pingpong" (64 keys, taking turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a
 // time) or "mma" (the portable mma.sync kernel). Measurements in docs/kernels/NOTES.md.
@@ -860,6 +861,7 @@ enum class ForwardChoice {
   sm90_k128_pingpong,
   sm90_persistent,
   sm90_pair,
+  sm90_pair64,
   sm90_k128_wg3,
   sm90_auto
 };
@@ -867,7 +869,7 @@ inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
     const std::string s =
         variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong "
-                                        "sm90_persistent sm90_pair sm90_k128_wg3");
+                                        "sm90_persistent sm90_pair sm90_pair64 sm90_k128_wg3");
     return s == "mma"                  ? ForwardChoice::mma
            : s == "sm90"               ? ForwardChoice::sm90
            : s == "sm90_overlap"       ? ForwardChoice::sm90_overlap
@@ -876,6 +878,7 @@ inline ForwardChoice forward_choice() {
            : s == "sm90_k128"          ? ForwardChoice::sm90_k128
            : s == "sm90_persistent"    ? ForwardChoice::sm90_persistent
            : s == "sm90_pair"          ? ForwardChoice::sm90_pair
+           : s == "sm90_pair64"        ? ForwardChoice::sm90_pair64
            : s == "sm90_k128_wg3"      ? ForwardChoice::sm90_k128_wg3
                                        : ForwardChoice::sm90_auto;
   }();
@@ -934,13 +937,13 @@ void launch_forward_sm90_persistent(const FwdParams& p, const Sm90Maps& maps, cu
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel (persistent)");
 }
 
-// The pair kernel: a block a (64-row tile, two query heads of one kv head); plan() gave it the
-// 64-row schedule (pair_forward), where heads_q / heads_kv is even.
-template <class T, int D>
+// The pair kernel: a block a (64-row tile, two query heads of one kv head), kKeys keys a step;
+// plan() gave it the 64-row schedule (pair_forward), where heads_q / heads_kv is even.
+template <class T, int D, int kKeys>
 void launch_forward_sm90_pair(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
-  using L = Sm90VariantLayout<T, D, true, false, kTile>;
+  using L = Sm90VariantLayout<T, D, true, false, kKeys>;
   static_assert(L::kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
-  constexpr auto kernel = forward_sm90_kernel<T, D, true, false, kTile, false, true>;
+  constexpr auto kernel = forward_sm90_kernel<T, D, true, false, kKeys, false, true>;
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q / 2));
   kernel<<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
@@ -962,7 +965,12 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   maps.o_tma = reinterpret_cast<uintptr_t>(p.o) % 16 == 0 && (p.o_head * sizeof(T)) % 16 == 0 &&
                (p.o_tok * sizeof(T)) % 16 == 0;
   if (maps.o_tma) maps.o = make_thd_map<T>(p.o, D, p.heads_q, p.seqlen_q, p.o_head, p.o_tok, 64, "o");
-  if (pair) return launch_forward_sm90_pair<T, D>(p, maps, stream);
+  if (pair) {
+    // 128 keys a step (two schedule tiles, any two: block_sparse's kept blocks in pairs), unless
+    // sm90_pair64 asks for the 64-key steps of v19.
+    if (forward_choice() == ForwardChoice::sm90_pair64) return launch_forward_sm90_pair<T, D, kTile>(p, maps, stream);
+    return launch_forward_sm90_pair<T, D, 2 * kTile>(p, maps, stream);
+  }
   if (p.sched.tile_rows == 3 * kTile) {
     if constexpr (D == 64) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3>(p, maps, stream);
     throw lca::Error(LCA_ERR_INTERNAL, "flex_flash: a 192-row forward schedule at head dim 128");
@@ -1009,7 +1017,7 @@ inline bool wg3_forward_wanted(int head_dim, double idle_share, double mean_tile
 inline bool pair_forward_wanted(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
   if (group % 2 != 0 || !sm90_available()) return false;
   const ForwardChoice choice = forward_choice();
-  return choice == ForwardChoice::sm90_pair ||
+  return choice == ForwardChoice::sm90_pair || choice == ForwardChoice::sm90_pair64 ||
          (choice == ForwardChoice::sm90_auto &&
           default_sm90_forward(idle_share, mean_tiles, max_tiles, group) == Sm90Forward::pair);
 }

@@ -200,7 +200,7 @@ void launch_forward_tiles(const FwdParams& p, cudaStream_t stream) {
 
 // The block's rows follow the schedule's tile rows (64, 128 or 192); 128-row tiles take the wgmma
 // kernel on Hopper, and so do 64-row tiles where the group is even (the pair kernel) and 192-row
-// tiles (three consumers, at head dim 64: plan() builds them only where that kernel runs).
+// tiles (three consumers: plan() builds them only where such a kernel runs).
 template <class T, int D>
 void run_forward(const FwdParams& p, cudaStream_t stream) {
   const bool sm90_rows = p.sched.tile_rows == Sm90Layout<T, D>::kRows || (p.sched.tile_rows == 64 && p.group % 2 == 0) ||

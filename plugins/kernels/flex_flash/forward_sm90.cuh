@@ -19,10 +19,12 @@
 // (block_sparse's 64-token blocks) leaves neither with idle tiles; at head
 // dim 64 the k128 variant runs three consumers on 192-row tiles (sm90_k128_wg3, 160 registers a
 // consumer thread), whose steps are short enough that two consumers leave the tensor cores idle
-// between their softmaxes.
+// between their softmaxes; at head dim 128 the 64-key skipping variant runs three consumers too
+// (sm90_overlap_wg3: S 32, P 16 and O 64 registers fit the 160, Q read from shared memory), where
+// a sliding window's row tiles are short.
 // Used by launch_*.cu through run_forward<T, D> (forward.cuh) unless LCA_FLEX_FORWARD=mma, where
 // the GPU is sm_90 and the schedule has 128-row tiles, 64-row tiles and an even group (pair), or
-// 192-row tiles (three consumers, head dim 64).
+// 192-row tiles (three consumers).
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
 // rows that see nothing get O = 0, LSE = -inf.
 #pragma once
@@ -53,7 +55,7 @@ struct Sm90Maps {
 // Keys: keys a step, 64 (one schedule tile) or 128 (two schedule tiles, each loaded by its own
 // TMA boxes into one half of the step's rows, so they need not be adjacent).
 // Consumers: consumer warpgroups of 64 query rows each, 2 (128-row tiles) or 3 (192-row tiles:
-// the 128-key kernel at head dim 64, sm90_k128_wg3).
+// the 128-key kernel at head dim 64, sm90_k128_wg3; the 64-key skipping one at 128, sm90_overlap_wg3).
 template <class T, int D, int Stages = 2, int Keys = kTile, int Consumers = 2>
 struct Sm90Layout {
   static constexpr int kRows = 64 * Consumers;          // query rows a block (a consumer's 64 each)
@@ -85,18 +87,19 @@ constexpr int kSm90SmemBytes = 227 * 1024;
 // A variant's stages. The skipping kernel takes as many as kSm90SmemBytes hold, up to 8: its
 // consumers are a tile or more apart wherever their rows' tiles differ (block-sparse masks), and a
 // consumer keeps its S beside the P V of its last tile across up to kStages - 2 idle tiles.
-template <class T, int D, bool kOverlap, bool kPingpong, int kKeys>
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys, int kConsumers = 2>
 constexpr int forward_stages() {
   if (!forward_skips<kOverlap, kPingpong, kKeys>()) return kOverlap ? 3 : 2;
-  using One = Sm90Layout<T, D, 1, kKeys>;
-  constexpr int per_stage = Sm90Layout<T, D, 2, kKeys>::kBytes - One::kBytes;  // K, V and their barriers
+  using One = Sm90Layout<T, D, 1, kKeys, kConsumers>;
+  constexpr int per_stage = Sm90Layout<T, D, 2, kKeys, kConsumers>::kBytes - One::kBytes;  // K, V and their barriers
   const int fit = (kSm90SmemBytes - (One::kBytes - per_stage)) / per_stage;
   return fit < 8 ? fit : 8;
 }
 
 // A variant's layout, with its stages.
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys, int kConsumers = 2>
-using Sm90VariantLayout = Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys>(), kKeys, kConsumers>;
+using Sm90VariantLayout =
+    Sm90Layout<T, D, forward_stages<T, D, kOverlap, kPingpong, kKeys, kConsumers>(), kKeys, kConsumers>;
 
 // What the persistent forward's producer tells the consumers of the row tile in a Q buffer: which
 // one (q_tile -1: the block has no more), and its runs, the first one whole, so that the
@@ -160,15 +163,18 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
   static_assert(!kPersistent || (kOverlap && !kPingpong && kKeys == 2 * kTile),
                 "persistent: the 128-key overlap kernel");
   static_assert(!kPair || (kOverlap && !kPingpong && !kPersistent), "pair: an overlap kernel, 64 or 128 keys a step");
-  // Three consumers (192-row tiles): the 128-key overlap kernel only. Their registers: 160 a
-  // consumer thread (3 x 128 x 160 + 128 x 24 of the producer <= 64K), which holds head dim 64's
-  // S (64), P (32) and O (32), not head dim 128's.
-  static_assert(kConsumers == 2 || (kConsumers == 3 && D == 64 && kOverlap && !kPingpong && kKeys == 2 * kTile &&
-                                    !kPersistent && !kPair),
-                "three consumers: the 128-key overlap kernel at head dim 64");
+  // Three consumers (192-row tiles): the 128-key overlap kernel at head dim 64, the 64-key one
+  // (which skips a consumer's idle tiles) at 128. Their registers: 160 a consumer thread
+  // (3 x 128 x 160 + 128 x 24 of the producer <= 64K), which hold head dim 64's S (64), P (32) and
+  // O (32), or head dim 128's in 64-key steps (S 32, P 16, O 64; Q in shared memory), not head dim
+  // 128's in 128-key steps.
+  static_assert(kConsumers == 2 || (kConsumers == 3 && kOverlap && !kPingpong &&
+                                    (D == 64 ? kKeys == 2 * kTile : kKeys == kTile) && !kPersistent && !kPair),
+                "three consumers: the 128-key overlap kernel at head dim 64, the 64-key one at 128");
   // 128-key steps take S = Q K^T with Q from shared memory (SS): Q's 32 registers would not fit
   // beside S (64), P (32) and O (64) of the wider step.
-  constexpr bool kQInSmem = kKeys > kTile;
+  // So do three consumers (160 registers a thread).
+  constexpr bool kQInSmem = kKeys > kTile || kConsumers == 3;
   constexpr bool kSkip = forward_skips<kOverlap, kPingpong, kKeys>() && !kPair;
   // Rows of a schedule tile: the pair kernel's two consumers take the same 64 rows of two heads.
   constexpr int kTileRows = kPair ? kTile : L::kRows;
@@ -850,6 +856,8 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
 // tiles; v41: plan() builds the 64-row schedule for it, where the group is even), "sm90_pair64"
 // (the same with 64-key steps, sm90_overlap's loop without its skip; v19), "sm90_k128_wg3" (sm90_k128 with three consumers on 192-row tiles,
 // at head dim 64 only: plan() builds the 192-row schedule for it; elsewhere sm90_k128; v40),
+// "sm90_overlap_wg3" (sm90_overlap with three consumers on 192-row tiles, Q in shared memory; at head
+// dim 128 only: plan() builds the 192-row schedule for it; elsewhere the default; v42),
 // "sm90_pingpong" (64 keys, taking turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a
 // time) or "mma" (the portable mma.sync kernel). Measurements in docs/kernels/NOTES.md.
 enum class ForwardChoice {
@@ -863,13 +871,14 @@ enum class ForwardChoice {
   sm90_pair,
   sm90_pair64,
   sm90_k128_wg3,
+  sm90_overlap_wg3,
   sm90_auto
 };
 inline ForwardChoice forward_choice() {
   static const ForwardChoice choice = [] {
     const std::string s =
         variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong "
-                                        "sm90_persistent sm90_pair sm90_pair64 sm90_k128_wg3");
+                                        "sm90_persistent sm90_pair sm90_pair64 sm90_k128_wg3 sm90_overlap_wg3");
     return s == "mma"                  ? ForwardChoice::mma
            : s == "sm90"               ? ForwardChoice::sm90
            : s == "sm90_overlap"       ? ForwardChoice::sm90_overlap
@@ -880,6 +889,7 @@ inline ForwardChoice forward_choice() {
            : s == "sm90_pair"          ? ForwardChoice::sm90_pair
            : s == "sm90_pair64"        ? ForwardChoice::sm90_pair64
            : s == "sm90_k128_wg3"      ? ForwardChoice::sm90_k128_wg3
+           : s == "sm90_overlap_wg3"   ? ForwardChoice::sm90_overlap_wg3
                                        : ForwardChoice::sm90_auto;
   }();
   return choice;
@@ -951,7 +961,7 @@ void launch_forward_sm90_pair(const FwdParams& p, const Sm90Maps& maps, cudaStre
 }
 
 // The Hopper forward of a 128-row schedule, of a 64-row one with an even group (the pair kernel), or
-// of a 192-row one at head dim 64 (three consumers, sm90_k128_wg3).
+// of a 192-row one (three consumers: sm90_k128_wg3 at head dim 64, sm90_overlap_wg3 at 128).
 template <class T, int D>
 void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   Sm90Maps maps;
@@ -973,7 +983,7 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   }
   if (p.sched.tile_rows == 3 * kTile) {
     if constexpr (D == 64) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3>(p, maps, stream);
-    throw lca::Error(LCA_ERR_INTERNAL, "flex_flash: a 192-row forward schedule at head dim 128");
+    else return launch_forward_sm90_variant<T, D, true, false, kTile, 3>(p, maps, stream);
   }
   switch (forward_choice()) {
     case ForwardChoice::sm90_pingpong: return launch_forward_sm90_variant<T, D, true, true>(p, maps, stream);
@@ -1000,12 +1010,19 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
 // The wgmma kernel runs where it was asked for (forward_choice) and can run (sm90_device).
 inline bool sm90_available() { return forward_choice() != ForwardChoice::mma && sm90_device(); }
 
-// Whether plan() builds the forward's 192-row schedule for the three-consumer kernel: at head dim 64,
+// Whether plan() builds the forward's 192-row schedule for a three-consumer kernel: at head dim 128,
+// where LCA_FLEX_FORWARD asks for sm90_overlap_wg3 or, unset, the 128-row schedule calls for
+// sm90_persistent (short row tiles: the sliding windows); at head dim 64,
 // where the wgmma kernels run and LCA_FLEX_FORWARD asks for sm90_k128_wg3 or, unset, the 128-row
 // schedule calls for sm90_k128 (default_sm90_forward).
 inline bool wg3_forward_wanted(int head_dim, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
-  if (head_dim != 64 || !sm90_available()) return false;
+  if (!sm90_available()) return false;
   const ForwardChoice choice = forward_choice();
+  if (head_dim == 128)
+    return choice == ForwardChoice::sm90_overlap_wg3 ||
+           (choice == ForwardChoice::sm90_auto &&
+            default_sm90_forward(idle_share, mean_tiles, max_tiles, group) == Sm90Forward::persistent);
+  if (head_dim != 64) return false;
   return choice == ForwardChoice::sm90_k128_wg3 ||
          (choice == ForwardChoice::sm90_auto &&
           default_sm90_forward(idle_share, mean_tiles, max_tiles, group) == Sm90Forward::k128);

@@ -124,7 +124,8 @@ bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32
 // wg3_forward_wanted) at this head dim, given the 128-row schedule's idle share, mean and most tiles
 // a row tile: plan() then builds the 192-row schedule.
 bool wg3_forward(int32_t head_dim, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group);
-// Whether LCA_FLEX_FORWARD=sm90_k128_wg3 asks for it (then on every mask, whatever the dispatch).
+// Whether LCA_FLEX_FORWARD=sm90_k128_wg3 (head dim 64) or sm90_overlap_wg3 (head dim 128) asks for
+// it (then on every mask, whatever the dispatch).
 bool wg3_forward_forced();
 
 // How the Hopper backward puts key tiles into blocks (backward_items), from LCA_FLEX_BACKWARD:
@@ -199,6 +200,21 @@ inline bool wg3_dispatch_faster(const TileSchedule& rows128, const TileSchedule&
   if (slots <= 0) return true;
   return double(simulated_forward_makespan(rows192, heads_q, slots)) <=
          kWg3CellSpeedup * double(simulated_forward_makespan(rows128, heads_q, slots));
+}
+// At head dim 128, where the persistent kernel is picked (short row tiles: the sliding windows),
+// three consumers of 64 rows on 192-row tiles in 64-key steps, each skipping the tiles its rows do
+// not see (sm90_overlap_wg3), run the windows faster: measured (H100 and H200, heads 64:8, NOTES
+// v42) 1.013-1.033x the persistent kernel at 16K and 64K, with their grid's last wave in it. That
+// grid has no persistent blocks, so plan() takes the 192-row tiles only where their simulated
+// dispatch ends within this factor of an even spread of the same cells over the SMs (the persistent
+// kernel's): the lowest gain measured (1.013, sliding_window_causal at 16K, whose grid's simulated
+// dispatch is 1.012x its even spread) times that grid's 1.012, rounded down. Heads 64:8: 1.001-1.012
+// at 16K-64K; 8:1 at 16K: 1.09-1.11 (688 blocks, 5.2 waves).
+constexpr double kWg3WindowSpeedup = 1.02;
+inline bool wg3_window_grid_keeps_gain(const TileSchedule& rows192, int32_t heads_q, int32_t slots) {
+  if (slots <= 0) return true;
+  const double even = double(simulated_forward_makespan(rows192, heads_q, 1)) / slots;
+  return double(simulated_forward_makespan(rows192, heads_q, slots)) <= kWg3WindowSpeedup * even;
 }
 // Where the 64-key kernel is picked and the group (heads_q / heads_kv) is even, the pair kernel
 // is picked instead: plan() builds 64-row tiles and a block's two consumers take the same 64 rows

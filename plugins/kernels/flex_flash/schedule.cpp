@@ -155,8 +155,8 @@ void add_partial_tile(TileSchedule& s, PatternStore& patterns, int32_t t, int32_
   const int64_t rows = s.tile_rows;
   const int32_t index = patterns.intern(pattern, rows, s.bits);
   int32_t halves = 0;
-  if (rows == 2 * kTile) {
-    for (int h = 0; h < 2; ++h) {
+  if (rows == 2 * kTile || rows == 3 * kTile) {
+    for (int h = 0; h < rows / kTile; ++h) {
       const uint64_t* first = pattern + h * kTile;
       if (std::all_of(first, first + kTile, [](uint64_t w) { return w == 0; })) halves |= kIdleHalf << h;
       // Every column of every row (a half past the last row or column has zero words).
@@ -169,7 +169,7 @@ void add_partial_tile(TileSchedule& s, PatternStore& patterns, int32_t t, int32_
     ++last->end;
   else s.runs.push_back(TileRun{col, col + 1, index, halves});
   ++s.partial_tiles;
-  s.idle_halves += (halves & kIdleHalf) + ((halves >> 1) & kIdleHalf);
+  for (int h = 0; h < rows / kTile; ++h) s.idle_halves += (halves >> h) & kIdleHalf;
 }
 
 // Row tile t's runs are all added: its end in run_offsets.
@@ -358,7 +358,8 @@ TileSchedule build_adaptive_schedule(const lca_mask& mask, bool by_query, int32_
 
 double idle_share(const TileSchedule& s) {
   const int64_t tiles = s.full_tiles + s.partial_tiles;
-  return tiles > 0 ? double(s.idle_halves) / (2.0 * double(tiles)) : 0.0;
+  const int parts = s.tile_rows > kTile ? s.tile_rows / kTile : 2;  // 64-row parts a tile (64-row tiles: none set)
+  return tiles > 0 ? double(s.idle_halves) / (parts * double(tiles)) : 0.0;
 }
 
 double mean_tiles(const TileSchedule& s) {

@@ -26,7 +26,7 @@ struct TileRun {
   int32_t mask;
   int32_t halves;
 };
-constexpr int32_t kIdleHalf = 1, kFullHalf = 4;
+constexpr int32_t kIdleHalf = 1, kFullHalf = 8;
 
 struct TileSchedule {
   int64_t rows = 0, cols = 0;  // tokens along each axis

@@ -220,6 +220,24 @@ TEST(FlexFlash, ThreeConsumersAtHeadDim64MatchTheGpuReference) {
                                81);
 }
 
+// Head dim 128 with a sliding window's short row tiles (the persistent kernel's class) at 16K + 37
+// and heads 64:8, enough that the grid of 192-row tiles keeps their gain on an H100: by default the
+// forward there runs three consumers on 192-row tiles in 64-key steps, each skipping the tiles its
+// rows do not see (sm90_overlap_wg3; test_flex_schedule's TheWindowGpuTestsMasksTakeThreeConsumers
+// checks that the default takes them). The last tile is partial; documents end inside tiles.
+TEST(FlexFlash, ThreeConsumersInWindowsMatchTheGpuReference) {
+  LCA_SKIP_WITHOUT_GPU();
+  const int64_t s = 16384 + 37;
+  int32_t seed = 82;
+  for (const char* name : {"sliding_window_causal", "sliding_window_document"}) {
+    auto g = BuiltinProvider::instance().generate(name, "{}", s, 7);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    expect_matches_gpu_reference(make(std::string(name) + "_16k37_gqa8_d128_bf16", s, s, 64, 8, 128, LCA_DTYPE_BF16,
+                                      std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices)),
+                                 seed++);
+  }
+}
+
 TEST(FlexFlash, RefusesWhatTheManifestDoesNotDeclare) {
   LCA_SKIP_WITHOUT_GPU();
   core::gpu::DeviceAllocator alloc(0);

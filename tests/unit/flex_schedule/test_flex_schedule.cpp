@@ -145,23 +145,26 @@ void expect_schedule_exact(const TileSchedule& s, const lca_mask& m, const std::
       ASSERT_GE(run.begin, last_end) << "runs overlap or are out of order";
       last_end = run.end;
       (run.mask < 0 ? full : partial) += run.end - run.begin;
-      // Half bits: exactly the 64-row halves of 128-row tiles that see nothing (idle) or every
-      // column (full), the same for every tile of the run (a warpgroup that owns an idle half
-      // skips the tile, one that owns a full half skips the masking).
-      ASSERT_TRUE(run.halves == 0 || (tile_rows == 128 && run.mask >= 0)) << "half bits on a full or 64-row tile";
-      if (tile_rows == 128 && run.mask >= 0) {
-        EXPECT_NE(run.halves & (3 * kIdleHalf), 3 * kIdleHalf) << "a tile that sees nothing is scheduled";
-        EXPECT_NE(run.halves & (3 * kFullHalf), 3 * kFullHalf) << "a tile that sees everything is partial";
+      // Half bits: exactly the 64-row parts of 128- and 192-row tiles that see nothing (idle) or
+      // every column (full), the same for every tile of the run (a warpgroup that owns an idle part
+      // skips the tile, one that owns a full part skips the masking).
+      const int parts = tile_rows / 64;
+      const bool has_parts = tile_rows == 128 || tile_rows == 192;
+      ASSERT_TRUE(run.halves == 0 || (has_parts && run.mask >= 0)) << "half bits on a full or 64-row tile";
+      if (has_parts && run.mask >= 0) {
+        const int32_t all_parts = (1 << parts) - 1;
+        EXPECT_NE(run.halves & (all_parts * kIdleHalf), all_parts * kIdleHalf) << "a tile that sees nothing is scheduled";
+        EXPECT_NE(run.halves & (all_parts * kFullHalf), all_parts * kFullHalf) << "a tile that sees everything is partial";
         for (int32_t c = run.begin; c < run.end; ++c)
-          for (int h = 0; h < 2; ++h) {
+          for (int h = 0; h < parts; ++h) {
             bool seen = false, all = true;
-            for (int64_t r = int64_t{t} * 128 + 64 * h; r < int64_t{t} * 128 + 64 * (h + 1); ++r)
+            for (int64_t r = int64_t{t} * tile_rows + 64 * h; r < int64_t{t} * tile_rows + 64 * (h + 1); ++r)
               for (int64_t x = int64_t{c} * kTile; x < (c + 1) * int64_t{kTile}; ++x) {
                 const bool v = visible(r, x);
                 seen = seen || v;
                 all = all && v;
               }
-            const std::string where = "row tile " + std::to_string(t) + " col tile " + std::to_string(c) + " half " + std::to_string(h);
+            const std::string where = "row tile " + std::to_string(t) + " col tile " + std::to_string(c) + " part " + std::to_string(h);
             ASSERT_EQ((run.halves >> h) & kIdleHalf, seen ? 0 : 1) << where;
             ASSERT_EQ(((run.halves >> h) & kFullHalf) != 0, all) << where;
             idle_halves += seen ? 0 : 1;
@@ -1034,6 +1037,53 @@ TEST(FlexSchedule, WindowsHaveFirstWritersOfDq) {
   const auto all = dq_first_writers(s, items, 8, 8, 1, 132, /*timed=*/false);
   ASSERT_EQ(all.key_tile.size(), static_cast<size_t>(s.col_tiles));
   for (const int32_t k : all.key_tile) EXPECT_EQ(k, all.items.front().tiles[0]);
+}
+
+// Head dim 128: where the default takes the persistent kernel (the sliding windows' short row
+// tiles), plan() takes three consumers on 192-row tiles (sm90_overlap_wg3) where that grid's
+// simulated dispatch ends within kWg3WindowSpeedup of an even spread: with heads 64:8 at 16K and
+// 64K (1.001-1.012x), not with 8:1 at 16K (688 blocks of 192 rows: 5.2 waves, 1.09-1.11x).
+TEST(FlexSchedule, ThreeConsumerWindowTilesWhereTheGridKeepsTheirGain) {
+  using lca_flex_flash::wg3_window_grid_keeps_gain;
+  for (int64_t seqlen : {16384, 65536}) {
+    for (const char* name : {"sliding_window", "sliding_window_causal", "sliding_window_document"}) {
+      auto g = BuiltinProvider::instance().generate(name, "{}", seqlen, 42);
+      ASSERT_EQ(g.status, LCA_OK) << g.error;
+      const TileSchedule s128 = build_schedule(*g.mask, /*by_query=*/true, 128);
+      const TileSchedule s192 = build_schedule(*g.mask, /*by_query=*/true, 192);
+      SCOPED_TRACE(std::string(name) + " " + std::to_string(seqlen));
+      EXPECT_EQ(lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s128), lca_flex_flash::mean_tiles(s128),
+                                                     s128.max_tiles, 8),
+                lca_flex_flash::Sm90Forward::persistent);
+      EXPECT_TRUE(wg3_window_grid_keeps_gain(s192, 64, 132));
+      EXPECT_TRUE(wg3_window_grid_keeps_gain(s192, 8, 0));  // no SM count: no dispatch to weigh
+      if (seqlen == 16384) EXPECT_FALSE(wg3_window_grid_keeps_gain(s192, 8, 132));
+    }
+  }
+  // full's row tiles are long: the default takes the 128-key kernel, and the rule is not asked.
+  auto full = BuiltinProvider::instance().generate("full", "{}", 16384, 42);
+  const TileSchedule f128 = build_schedule(*full.mask, /*by_query=*/true, 128);
+  EXPECT_EQ(lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(f128), lca_flex_flash::mean_tiles(f128),
+                                                 f128.max_tiles, 8),
+            lca_flex_flash::Sm90Forward::k128);
+}
+
+// The masks of test_flex_flash's ThreeConsumersInWindowsMatchTheGpuReference (16K + 37 tokens,
+// heads 64:8, head dim 128): the default takes the persistent kernel's class on their 128-row
+// schedules and then the 192-row tiles on 132 SMs, so that GPU test runs sm90_overlap_wg3 by default.
+TEST(FlexSchedule, TheWindowGpuTestsMasksTakeThreeConsumers) {
+  const int64_t s = 16384 + 37;
+  for (const char* name : {"sliding_window_causal", "sliding_window_document"}) {
+    auto g = BuiltinProvider::instance().generate(name, "{}", s, 7);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    const TileSchedule s128 = build_schedule(*g.mask, /*by_query=*/true, 128);
+    EXPECT_EQ(lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s128), lca_flex_flash::mean_tiles(s128),
+                                                   s128.max_tiles, 8),
+              lca_flex_flash::Sm90Forward::persistent)
+        << name;
+    EXPECT_TRUE(lca_flex_flash::wg3_window_grid_keeps_gain(build_schedule(*g.mask, /*by_query=*/true, 192), 64, 132))
+        << name;
+  }
 }
 
 }  // namespace

@@ -854,8 +854,9 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
 // first S beside the last P V of the tile before; v17), "sm90_pair" (sm90_k128 on 64-row tiles,
 // its two consumers on two query heads of one kv head, a step any two of the row tile's 64-key
 // tiles; v41: plan() builds the 64-row schedule for it, where the group is even), "sm90_pair64"
-// (the same with 64-key steps, sm90_overlap's loop without its skip; v19), "sm90_k128_wg3" (sm90_k128 with three consumers on 192-row tiles,
-// at head dim 64 only: plan() builds the 192-row schedule for it; elsewhere sm90_k128; v40),
+// (the same with 64-key steps, sm90_overlap's loop without its skip; v19), "sm90_k128_wg3"
+// (sm90_k128 with three consumers on 192-row tiles, at head dim 64 only: plan() builds the 192-row
+// schedule for it; elsewhere sm90_k128; v40),
 // "sm90_overlap_wg3" (sm90_overlap with three consumers on 192-row tiles, Q in shared memory; at head
 // dim 128 only: plan() builds the 192-row schedule for it; elsewhere the default; v42),
 // "sm90_pingpong" (64 keys, taking turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a

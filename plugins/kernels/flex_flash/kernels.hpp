@@ -207,9 +207,9 @@ inline bool wg3_dispatch_faster(const TileSchedule& rows128, const TileSchedule&
 // v42) 1.013-1.033x the persistent kernel at 16K and 64K, with their grid's last wave in it. That
 // grid has no persistent blocks, so plan() takes the 192-row tiles only where their simulated
 // dispatch ends within this factor of an even spread of the same cells over the SMs (the persistent
-// kernel's): the lowest gain measured (1.013, sliding_window_causal at 16K, whose grid's simulated
-// dispatch is 1.012x its even spread) times that grid's 1.012, rounded down. Heads 64:8: 1.001-1.012
-// at 16K-64K; 8:1 at 16K: 1.09-1.11 (688 blocks, 5.2 waves).
+// kernel's): the lowest gain measured (1.013, sliding_window_causal at 16K) times the simulated
+// tail it was measured with (that grid ends 1.012x its even spread), rounded down. Heads 64:8:
+// 1.001-1.012 at 16K-64K; 8:1 at 16K: 1.09-1.11 (688 blocks, 5.2 waves).
 constexpr double kWg3WindowSpeedup = 1.02;
 inline bool wg3_window_grid_keeps_gain(const TileSchedule& rows192, int32_t heads_q, int32_t slots) {
   if (slots <= 0) return true;

@@ -17,10 +17,11 @@ constexpr int kTileCols = kTile;
 // Column tiles [begin, end) of one row tile. mask < 0: every tile is fully visible. Otherwise
 // tile begin + i has its bitmask at bits[(mask + i) * tile_rows .. + tile_rows): word r holds
 // the visibility of row r of the tile, bit c that of column c. Tiles with equal bitmasks share
-// one (runs of any row tile may point at the same bits). halves (partial 128-row tiles only, else
-// 0; a run's tiles all have the same): bit h (kIdleHalf << h) set when rows 64 h .. 64 h + 63 of
-// the tile see nothing, so a kernel whose warpgroup owns those 64 rows may skip the tile; bit
-// 2 + h (kFullHalf << h) when they see every column, so that warpgroup needs no masking there.
+// one (runs of any row tile may point at the same bits). halves (partial 128- and 192-row tiles
+// only, else 0; a run's tiles all have the same): bit h (kIdleHalf << h) set when rows 64 h ..
+// 64 h + 63 of the tile see nothing, so a kernel whose warpgroup owns those 64 rows may skip the
+// tile; bit 3 + h (kFullHalf << h) when they see every column, so that warpgroup needs no masking
+// there. (The name is older than 192-row tiles: a tile has two or three such 64-row parts.)
 struct TileRun {
   int32_t begin, end;
   int32_t mask;

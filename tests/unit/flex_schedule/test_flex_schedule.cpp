@@ -153,8 +153,10 @@ void expect_schedule_exact(const TileSchedule& s, const lca_mask& m, const std::
       ASSERT_TRUE(run.halves == 0 || (has_parts && run.mask >= 0)) << "half bits on a full or 64-row tile";
       if (has_parts && run.mask >= 0) {
         const int32_t all_parts = (1 << parts) - 1;
-        EXPECT_NE(run.halves & (all_parts * kIdleHalf), all_parts * kIdleHalf) << "a tile that sees nothing is scheduled";
-        EXPECT_NE(run.halves & (all_parts * kFullHalf), all_parts * kFullHalf) << "a tile that sees everything is partial";
+        EXPECT_NE(run.halves & (all_parts * kIdleHalf), all_parts * kIdleHalf)
+            << "a tile that sees nothing is scheduled";
+        EXPECT_NE(run.halves & (all_parts * kFullHalf), all_parts * kFullHalf)
+            << "a tile that sees everything is partial";
         for (int32_t c = run.begin; c < run.end; ++c)
           for (int h = 0; h < parts; ++h) {
             bool seen = false, all = true;
@@ -164,7 +166,8 @@ void expect_schedule_exact(const TileSchedule& s, const lca_mask& m, const std::
                 seen = seen || v;
                 all = all && v;
               }
-            const std::string where = "row tile " + std::to_string(t) + " col tile " + std::to_string(c) + " part " + std::to_string(h);
+            const std::string where =
+                "row tile " + std::to_string(t) + " col tile " + std::to_string(c) + " part " + std::to_string(h);
             ASSERT_EQ((run.halves >> h) & kIdleHalf, seen ? 0 : 1) << where;
             ASSERT_EQ(((run.halves >> h) & kFullHalf) != 0, all) << where;
             idle_halves += seen ? 0 : 1;

@@ -36,10 +36,7 @@ bool wg3_forward(int32_t head_dim, double idle_share, double mean_tiles, int32_t
   return dev::wg3_forward_wanted(head_dim, idle_share, mean_tiles, max_tiles, group);
 }
 
-bool wg3_forward_forced() {
-  const dev::ForwardChoice c = dev::forward_choice();
-  return c == dev::ForwardChoice::sm90_k128_wg3 || c == dev::ForwardChoice::sm90_overlap_wg3;
-}
+bool wg3_forward_forced(int32_t head_dim) { return dev::forward_choice() == dev::wg3_kernel(head_dim).asked; }
 
 BwdPairing backward_pairing() {
   const std::string& v = dev::backward_variant();

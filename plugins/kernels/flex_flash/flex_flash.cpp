@@ -176,16 +176,12 @@ class FlexFlash final : public lca::IKernel {
     const auto group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
     if (fwd.tile_rows == kFwdRows && pair_forward(idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group))
       fwd = build_schedule(mask, /*by_query=*/true, kTile);
-    else if (fwd.tile_rows == kFwdRows && wg3_forward(static_cast<int32_t>(pr.head_dim), idle_share(fwd),
-                                                      mean_tiles(fwd), fwd.max_tiles, group)) {
-      // Three consumers on 192-row tiles: asked for (LCA_FLEX_FORWARD=sm90_k128_wg3 or
-      // sm90_overlap_wg3), or by default where their grid's simulated dispatch does not lose what
-      // they gain a cell (head dim 64: against the 128-row grid; 128: against an even spread, the
-      // persistent kernel's).
+    else if (const auto d = static_cast<int32_t>(pr.head_dim);
+             fwd.tile_rows == kFwdRows && wg3_forward(d, idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group)) {
+      // Three consumers on 192-row tiles: asked for (LCA_FLEX_FORWARD), or by default where their
+      // grid's simulated dispatch does not lose what they gain a cell (wg3_grid_keeps_gain).
       TileSchedule rows192 = build_schedule(mask, /*by_query=*/true, 3 * kTile);
-      const auto heads = static_cast<int32_t>(pr.heads_q);
-      if (wg3_forward_forced() || (pr.head_dim == 64 ? wg3_dispatch_faster(fwd, rows192, heads, sms)
-                                                     : wg3_window_grid_keeps_gain(rows192, heads, sms)))
+      if (wg3_forward_forced(d) || wg3_grid_keeps_gain(d, fwd, rows192, static_cast<int32_t>(pr.heads_q), sms))
         fwd = std::move(rows192);
     }
     plan->fwd = upload(fwd, exec);

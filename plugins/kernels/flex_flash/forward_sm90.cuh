@@ -1011,22 +1011,27 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
 // The wgmma kernel runs where it was asked for (forward_choice) and can run (sm90_device).
 inline bool sm90_available() { return forward_choice() != ForwardChoice::mma && sm90_device(); }
 
-// Whether plan() builds the forward's 192-row schedule for a three-consumer kernel: at head dim 128,
-// where LCA_FLEX_FORWARD asks for sm90_overlap_wg3 or, unset, the 128-row schedule calls for
-// sm90_persistent (short row tiles: the sliding windows); at head dim 64,
-// where the wgmma kernels run and LCA_FLEX_FORWARD asks for sm90_k128_wg3 or, unset, the 128-row
-// schedule calls for sm90_k128 (default_sm90_forward).
+// The three-consumer kernel of a head dim: the LCA_FLEX_FORWARD choice that asks for it, and the
+// default kernel it may stand in for on a 128-row schedule. Head dim 64: sm90_k128_wg3 for sm90_k128
+// (long row tiles); 128: sm90_overlap_wg3 for sm90_persistent (short row tiles: the windows).
+struct Wg3Kernel {
+  ForwardChoice asked;
+  Sm90Forward replaces;
+};
+constexpr Wg3Kernel wg3_kernel(int head_dim) {
+  return head_dim == 64 ? Wg3Kernel{ForwardChoice::sm90_k128_wg3, Sm90Forward::k128}
+                        : Wg3Kernel{ForwardChoice::sm90_overlap_wg3, Sm90Forward::persistent};
+}
+
+// Whether plan() builds the forward's 192-row schedule for the three-consumer kernel of this head
+// dim: where the wgmma kernels run and LCA_FLEX_FORWARD asks for that kernel or, unset, the 128-row
+// schedule calls for the kernel it stands in for (default_sm90_forward).
 inline bool wg3_forward_wanted(int head_dim, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
-  if (!sm90_available()) return false;
+  if ((head_dim != 64 && head_dim != 128) || !sm90_available()) return false;
+  const Wg3Kernel k = wg3_kernel(head_dim);
   const ForwardChoice choice = forward_choice();
-  if (head_dim == 128)
-    return choice == ForwardChoice::sm90_overlap_wg3 ||
-           (choice == ForwardChoice::sm90_auto &&
-            default_sm90_forward(idle_share, mean_tiles, max_tiles, group) == Sm90Forward::persistent);
-  if (head_dim != 64) return false;
-  return choice == ForwardChoice::sm90_k128_wg3 ||
-         (choice == ForwardChoice::sm90_auto &&
-          default_sm90_forward(idle_share, mean_tiles, max_tiles, group) == Sm90Forward::k128);
+  return choice == k.asked || (choice == ForwardChoice::sm90_auto &&
+                               default_sm90_forward(idle_share, mean_tiles, max_tiles, group) == k.replaces);
 }
 
 // Whether plan() builds the forward's 64-row schedule for the pair kernel: where the wgmma kernels

@@ -124,9 +124,9 @@ bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32
 // wg3_forward_wanted) at this head dim, given the 128-row schedule's idle share, mean and most tiles
 // a row tile: plan() then builds the 192-row schedule.
 bool wg3_forward(int32_t head_dim, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group);
-// Whether LCA_FLEX_FORWARD=sm90_k128_wg3 (head dim 64) or sm90_overlap_wg3 (head dim 128) asks for
-// it (then on every mask, whatever the dispatch).
-bool wg3_forward_forced();
+// Whether LCA_FLEX_FORWARD asks for that kernel (sm90_k128_wg3 at head dim 64, sm90_overlap_wg3 at
+// 128): then on every mask, whatever the dispatch.
+bool wg3_forward_forced(int32_t head_dim);
 
 // How the Hopper backward puts key tiles into blocks (backward_items), from LCA_FLEX_BACKWARD:
 // one a block (sm90_unpaired, sm90_atomic); pairs on causal-like masks (the default); pairs on
@@ -215,6 +215,13 @@ inline bool wg3_window_grid_keeps_gain(const TileSchedule& rows192, int32_t head
   if (slots <= 0) return true;
   const double even = double(simulated_forward_makespan(rows192, heads_q, 1)) / slots;
   return double(simulated_forward_makespan(rows192, heads_q, slots)) <= kWg3WindowSpeedup * even;
+}
+// The rule of the head dim's three-consumer kernel (wg3_forward): head dim 64 against the 128-row
+// grid it replaces, 128 against the persistent kernel's even spread.
+inline bool wg3_grid_keeps_gain(int32_t head_dim, const TileSchedule& rows128, const TileSchedule& rows192,
+                                int32_t heads_q, int32_t slots) {
+  return head_dim == 64 ? wg3_dispatch_faster(rows128, rows192, heads_q, slots)
+                        : wg3_window_grid_keeps_gain(rows192, heads_q, slots);
 }
 // Where the 64-key kernel is picked and the group (heads_q / heads_kv) is even, the pair kernel
 // is picked instead: plan() builds 64-row tiles and a block's two consumers take the same 64 rows

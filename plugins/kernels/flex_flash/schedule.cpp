@@ -155,7 +155,7 @@ void add_partial_tile(TileSchedule& s, PatternStore& patterns, int32_t t, int32_
   const int64_t rows = s.tile_rows;
   const int32_t index = patterns.intern(pattern, rows, s.bits);
   int32_t halves = 0;
-  if (rows == 2 * kTile || rows == 3 * kTile) {
+  if (rows > kTile) {  // 128 or 192 rows: their 64-row parts
     for (int h = 0; h < rows / kTile; ++h) {
       const uint64_t* first = pattern + h * kTile;
       if (std::all_of(first, first + kTile, [](uint64_t w) { return w == 0; })) halves |= kIdleHalf << h;
@@ -358,8 +358,7 @@ TileSchedule build_adaptive_schedule(const lca_mask& mask, bool by_query, int32_
 
 double idle_share(const TileSchedule& s) {
   const int64_t tiles = s.full_tiles + s.partial_tiles;
-  const int parts = s.tile_rows > kTile ? s.tile_rows / kTile : 2;  // 64-row parts a tile (64-row tiles: none set)
-  return tiles > 0 ? double(s.idle_halves) / (parts * double(tiles)) : 0.0;
+  return tiles > 0 ? double(s.idle_halves) / (double(s.tile_rows / kTile) * double(tiles)) : 0.0;  // 64-row parts
 }
 
 double mean_tiles(const TileSchedule& s) {

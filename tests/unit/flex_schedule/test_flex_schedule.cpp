@@ -34,6 +34,13 @@ using lca_flex_flash::kIdleHalf;
 using lca_flex_flash::schedule_visible;
 using lca_flex_flash::TileSchedule;
 
+// The default Hopper forward that a 128-row schedule calls for with this group (plan()'s first
+// choice, default_sm90_forward).
+lca_flex_flash::Sm90Forward default_forward(const TileSchedule& s128, int32_t group) {
+  return lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s128), lca_flex_flash::mean_tiles(s128),
+                                              s128.max_tiles, group);
+}
+
 bool covered(const lca_mask& m, int64_t q, int64_t k) {
   for (int64_t i = 0; i < m.num_slices; ++i)
     if (lca::slice_contains(m.slices[i], q, k)) return true;
@@ -575,13 +582,12 @@ TEST(FlexSchedule, TheThreeConsumerGpuTestsMasksTakeThreeConsumers) {
   for (const auto* slices : {&causal, &documents}) {
     const lca_mask m{sizeof(lca_mask), s, s, static_cast<int64_t>(slices->size()), slices->data(), nullptr, 0, nullptr};
     const TileSchedule s128 = build_schedule(m, /*by_query=*/true, 128);
-    EXPECT_EQ(lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s128), lca_flex_flash::mean_tiles(s128),
-                                                   s128.max_tiles, 4),
+    EXPECT_EQ(default_forward(s128, 4),
               lca_flex_flash::Sm90Forward::k128)
         << slices->size() << " slices";
     const TileSchedule s192 = build_schedule(m, /*by_query=*/true, 192);
-    EXPECT_TRUE(lca_flex_flash::wg3_dispatch_faster(s128, s192, 48, 132)) << slices->size() << " slices";
-    EXPECT_FALSE(lca_flex_flash::wg3_dispatch_faster(s128, s192, 8, 132)) << slices->size() << " slices";
+    EXPECT_TRUE(lca_flex_flash::wg3_grid_keeps_gain(64, s128, s192, 48, 132)) << slices->size() << " slices";
+    EXPECT_FALSE(lca_flex_flash::wg3_grid_keeps_gain(64, s128, s192, 8, 132)) << slices->size() << " slices";
   }
 }
 
@@ -1055,8 +1061,7 @@ TEST(FlexSchedule, ThreeConsumerWindowTilesWhereTheGridKeepsTheirGain) {
       const TileSchedule s128 = build_schedule(*g.mask, /*by_query=*/true, 128);
       const TileSchedule s192 = build_schedule(*g.mask, /*by_query=*/true, 192);
       SCOPED_TRACE(std::string(name) + " " + std::to_string(seqlen));
-      EXPECT_EQ(lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s128), lca_flex_flash::mean_tiles(s128),
-                                                     s128.max_tiles, 8),
+      EXPECT_EQ(default_forward(s128, 8),
                 lca_flex_flash::Sm90Forward::persistent);
       EXPECT_TRUE(wg3_window_grid_keeps_gain(s192, 64, 132));
       EXPECT_TRUE(wg3_window_grid_keeps_gain(s192, 8, 0));  // no SM count: no dispatch to weigh
@@ -1066,8 +1071,7 @@ TEST(FlexSchedule, ThreeConsumerWindowTilesWhereTheGridKeepsTheirGain) {
   // full's row tiles are long: the default takes the 128-key kernel, and the rule is not asked.
   auto full = BuiltinProvider::instance().generate("full", "{}", 16384, 42);
   const TileSchedule f128 = build_schedule(*full.mask, /*by_query=*/true, 128);
-  EXPECT_EQ(lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(f128), lca_flex_flash::mean_tiles(f128),
-                                                 f128.max_tiles, 8),
+  EXPECT_EQ(default_forward(f128, 8),
             lca_flex_flash::Sm90Forward::k128);
 }
 
@@ -1080,12 +1084,11 @@ TEST(FlexSchedule, TheWindowGpuTestsMasksTakeThreeConsumers) {
     auto g = BuiltinProvider::instance().generate(name, "{}", s, 7);
     ASSERT_EQ(g.status, LCA_OK) << g.error;
     const TileSchedule s128 = build_schedule(*g.mask, /*by_query=*/true, 128);
-    EXPECT_EQ(lca_flex_flash::default_sm90_forward(lca_flex_flash::idle_share(s128), lca_flex_flash::mean_tiles(s128),
-                                                   s128.max_tiles, 8),
+    EXPECT_EQ(default_forward(s128, 8),
               lca_flex_flash::Sm90Forward::persistent)
         << name;
-    EXPECT_TRUE(lca_flex_flash::wg3_window_grid_keeps_gain(build_schedule(*g.mask, /*by_query=*/true, 192), 64, 132))
-        << name;
+    const TileSchedule s192 = build_schedule(*g.mask, /*by_query=*/true, 192);
+    EXPECT_TRUE(lca_flex_flash::wg3_grid_keeps_gain(128, s128, s192, 64, 132)) << name;
   }
 }
 

@@ -305,14 +305,35 @@ __global__ void __launch_bounds__(256) kv_kernel(const BwdParams p) {
       pack8<T>(dk + dkv_accum_floats(p.split_count, p.heads_kv, D), 1.f);
 }
 
+// The Hopper kernel runs 128-key schedules; the mma.sync kernel the rest.
+inline bool backward_on_sm90(const BwdParams& p) { return p.sched.tile_rows == kBwdKeys && sm90_backward_available(); }
+
+// Whether dQ's first writers run: only where the kernel that runs has them (elsewhere every tile is
+// zeroed and added into).
+inline bool backward_dq_first_runs(const BwdParams& p) {
+  return p.dq_first != nullptr && backward_on_sm90(p) && sm90_dq_first_runs(p);
+}
+
+// The kernel run_backward launches, by the name LCA_FLEX_BACKWARD takes to force it ("mma": the
+// mma.sync kernel).
+inline const char* backward_kernel_name(const BwdParams& p) {
+  if (!backward_on_sm90(p)) return "mma";
+  if (backward_variant() == "sm90_atomic") return "sm90_atomic";
+  switch (sm90_backward_kernel(p)) {
+    case Sm90Backward::skip: return "sm90_skip";
+    case Sm90Backward::rotate: return "sm90_rotate";
+    case Sm90Backward::noskip: return "sm90_noskip";
+  }
+  return "?";
+}
+
 template <class T, int D>
 void run_backward(const BwdParams& params, cudaStream_t stream) {
+  static_assert(Sm90BwdLayout<T, D>::kKeys == kBwdKeys);
   const unsigned row_blocks = RowLanes<D>::blocks(params.seqlen_q * params.heads_q);
-  // The Hopper kernel runs 128-key schedules; the mma.sync kernel the rest.
-  const bool hopper = params.sched.tile_rows == Sm90BwdLayout<T, D>::kKeys && sm90_backward_available();
-  // First writers of dQ only where the kernel that runs has them: elsewhere every tile is zeroed.
+  const bool hopper = backward_on_sm90(params);
   BwdParams p = params;
-  if (p.dq_first != nullptr && !(hopper && sm90_dq_first_runs(p))) p.dq_first = nullptr;
+  if (!backward_dq_first_runs(p)) p.dq_first = nullptr;
   prepare_kernel<T, D><<<row_blocks, 256, 0, stream>>>(p);
   LCA_FLEX_CHECK_LAUNCH("flex_flash prepare_kernel");
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_kv));

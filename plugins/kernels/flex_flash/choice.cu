@@ -1,4 +1,6 @@
-// wide_tile_speedup (kernels.hpp): the per-cell speed of the 128-row kernels over the 64-row ones.
+// The host side's questions to the device headers (kernels.hpp): wide_tile_speedup (the per-cell speed of the
+// 128-row kernels over the 64-row ones), the variant choices plan() needs, and which kernels the launchers
+// run (plan_info).
 #include "backward.cuh"
 #include "forward.cuh"
 
@@ -82,5 +84,11 @@ DqFirst backward_dq_first(const TileSchedule& s, const std::vector<BwdItem>& ite
     return DqFirst::kOff;
   return mode == "on" ? DqFirst::kAll : DqFirst::kTimed;
 }
+
+const char* launched_forward_kernel(const FwdParams& p, int32_t head_dim) { return dev::forward_kernel_name(p, head_dim); }
+
+const char* launched_backward_kernel(const BwdParams& p) { return dev::backward_kernel_name(p); }
+
+bool launched_dq_first_writers(const BwdParams& p) { return dev::backward_dq_first_runs(p); }
 
 }  // namespace lca_flex_flash

@@ -10,7 +10,9 @@
 #include <lca/types.hpp>
 
 #include <cuda_runtime_api.h>
+#include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <future>
 #include <string>
@@ -84,6 +86,43 @@ class FlexPlan final : public lca::IPlan {
   // and dV its parts add into.
   DeviceBuffer split_tiles, dkv_accum;
   int32_t split_count = 0;
+  // What forward() and backward() launch on this plan, recorded with each cell (plan_info): the
+  // kernels, by the names LCA_FLEX_FORWARD / LCA_FLEX_BACKWARD take to force them, and the schedules
+  // they walk. The backward's entries hold whether or not a backward call was made.
+  std::string info() const override {
+    const auto group = static_cast<int32_t>(problem.heads_q / problem.heads_kv);
+    FwdParams f{};
+    f.sched = fwd.view();
+    f.group = group;
+    BwdParams b{};
+    b.sched = bwd.view();
+    b.group = group;
+    b.dq_first = dq_first.empty() ? nullptr : dq_first.as<int32_t>();
+    b.split_count = split_count;
+    auto rounded = [](float x) { return std::round(double{x} * 1000.0) / 1000.0; };
+    nlohmann::json j;
+    j["forward"] = {{"kernel", launched_forward_kernel(f, problem.head_dim)},
+                    {"tile_rows", fwd.tile_rows},
+                    {"row_tiles", fwd.row_tiles},
+                    {"busy_row_tiles", fwd.busy_tiles},
+                    {"idle_share", rounded(fwd.idle_share)},
+                    {"mean_tiles", rounded(fwd.mean_tiles)}};
+    const std::string bwd_kernel = launched_backward_kernel(b);
+    // The Hopper kernel's grid is its items (one or two key tiles each) by kv heads; mma.sync's a
+    // key tile a block.
+    const int64_t bwd_blocks = int64_t{bwd_kernel == "mma" ? bwd.row_tiles : bwd.item_count} * problem.heads_kv;
+    j["backward"] = {{"kernel", bwd_kernel},
+                     {"tile_keys", bwd.tile_rows},
+                     {"key_tiles", bwd.row_tiles},
+                     {"blocks", bwd_blocks},
+                     {"kv_heads_together", bwd.kv_heads_together},
+                     {"matched_key_blocks", !bwd.key_blocks.empty()},
+                     {"split_walks", split_count},
+                     {"dq_first_writers", launched_dq_first_writers(b)},
+                     {"idle_share", rounded(bwd.idle_share)},
+                     {"mean_tiles", rounded(bwd.mean_tiles)}};
+    return j.dump();
+  }
   void release(const lca_exec& exec) override {
     (void)cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream));
     fwd = UploadedSchedule{};

@@ -201,11 +201,23 @@ void launch_forward_tiles(const FwdParams& p, cudaStream_t stream) {
 // The block's rows follow the schedule's tile rows (64, 128 or 192); 128-row tiles take the wgmma
 // kernel on Hopper, and so do 64-row tiles where the group is even (the pair kernel) and 192-row
 // tiles (three consumers: plan() builds them only where such a kernel runs).
+inline bool forward_on_sm90(const FwdParams& p) {
+  const bool sm90_rows = p.sched.tile_rows == kFwdRows || (p.sched.tile_rows == kTile && p.group % 2 == 0) ||
+                         p.sched.tile_rows == 3 * kTile;
+  return sm90_rows && sm90_available();
+}
+
+// The kernel run_forward launches, by the name LCA_FLEX_FORWARD takes ("mma": the mma.sync kernel).
+inline const char* forward_kernel_name(const FwdParams& p, int head_dim) {
+  if (!forward_on_sm90(p)) return "mma";
+  return sm90_forward_name(sm90_forward_kernel(p.sched.tile_rows, p.sched.idle_share, p.sched.mean_tiles,
+                                               p.sched.max_tiles, p.group, head_dim));
+}
+
 template <class T, int D>
 void run_forward(const FwdParams& p, cudaStream_t stream) {
-  const bool sm90_rows = p.sched.tile_rows == Sm90Layout<T, D>::kRows || (p.sched.tile_rows == 64 && p.group % 2 == 0) ||
-                         p.sched.tile_rows == 3 * kTile;
-  if (sm90_rows && sm90_available()) launch_forward_sm90<T, D>(p, stream);
+  static_assert(Sm90Layout<T, D>::kRows == kFwdRows);
+  if (forward_on_sm90(p)) launch_forward_sm90<T, D>(p, stream);
   else if (p.sched.tile_rows == 3 * kTile)
     throw lca::Error(LCA_ERR_INTERNAL, "flex_flash: a 192-row forward schedule where the wgmma kernels do not run");
   else if (p.sched.tile_rows == 64) launch_forward_tiles<T, D, 1>(p, stream);

@@ -961,13 +961,62 @@ void launch_forward_sm90_pair(const FwdParams& p, const Sm90Maps& maps, cudaStre
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel (pair)");
 }
 
+// The Hopper forward kernels, named as LCA_FLEX_FORWARD names them (sm90_forward_name).
+enum class Sm90FwdKernel { pair, pair64, k128_wg3, overlap_wg3, pingpong, plain, overlap, k128_pingpong, k128, persistent };
+
+constexpr const char* sm90_forward_name(Sm90FwdKernel k) {
+  switch (k) {
+    case Sm90FwdKernel::pair: return "sm90_pair";
+    case Sm90FwdKernel::pair64: return "sm90_pair64";
+    case Sm90FwdKernel::k128_wg3: return "sm90_k128_wg3";
+    case Sm90FwdKernel::overlap_wg3: return "sm90_overlap_wg3";
+    case Sm90FwdKernel::pingpong: return "sm90_pingpong";
+    case Sm90FwdKernel::plain: return "sm90";
+    case Sm90FwdKernel::overlap: return "sm90_overlap";
+    case Sm90FwdKernel::k128_pingpong: return "sm90_k128_pingpong";
+    case Sm90FwdKernel::k128: return "sm90_k128";
+    case Sm90FwdKernel::persistent: return "sm90_persistent";
+  }
+  return "?";
+}
+
+// The kernel launch_forward_sm90 runs a schedule with: a 64-row schedule with an even group takes
+// the pair kernel (128 keys a step, unless sm90_pair64 asks for v19's 64), a 192-row one three
+// consumers (sm90_k128_wg3 at head dim 64, sm90_overlap_wg3 at 128), a 128-row one the kernel
+// LCA_FLEX_FORWARD asks for or, unset (or asking for a kernel of other tile rows), the default's:
+// where plan() did not take the pair kernel (Sm90Forward::pair), the 64-key kernel that skips idle
+// tile halves stands in for it. plan_info names the same (forward_kernel_name).
+inline Sm90FwdKernel sm90_forward_kernel(int32_t tile_rows, double idle_share, double mean_tiles, int32_t max_tiles,
+                                         int32_t group, int head_dim) {
+  if (tile_rows == kTile)
+    return forward_choice() == ForwardChoice::sm90_pair64 ? Sm90FwdKernel::pair64 : Sm90FwdKernel::pair;
+  if (tile_rows == 3 * kTile) return head_dim == 64 ? Sm90FwdKernel::k128_wg3 : Sm90FwdKernel::overlap_wg3;
+  switch (forward_choice()) {
+    case ForwardChoice::sm90_pingpong: return Sm90FwdKernel::pingpong;
+    case ForwardChoice::sm90: return Sm90FwdKernel::plain;
+    case ForwardChoice::sm90_overlap: return Sm90FwdKernel::overlap;
+    case ForwardChoice::sm90_k128_pingpong: return Sm90FwdKernel::k128_pingpong;
+    case ForwardChoice::sm90_k128:
+    case ForwardChoice::sm90_k128_wg3:  // at head dim 128 (plan() builds 192-row tiles only at 64)
+      return Sm90FwdKernel::k128;
+    case ForwardChoice::sm90_persistent: return Sm90FwdKernel::persistent;
+    default:
+      switch (default_sm90_forward(idle_share, mean_tiles, max_tiles, group)) {
+        case Sm90Forward::pair:
+        case Sm90Forward::skip64: return Sm90FwdKernel::overlap;
+        case Sm90Forward::persistent: return Sm90FwdKernel::persistent;
+        case Sm90Forward::k128: return Sm90FwdKernel::k128;
+      }
+  }
+  return Sm90FwdKernel::k128;
+}
+
 // The Hopper forward of a 128-row schedule, of a 64-row one with an even group (the pair kernel), or
-// of a 192-row one (three consumers: sm90_k128_wg3 at head dim 64, sm90_overlap_wg3 at 128).
+// of a 192-row one (three consumers), by sm90_forward_kernel.
 template <class T, int D>
 void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   Sm90Maps maps;
   const int64_t heads_kv = p.heads_q / p.group;
-  const bool pair = p.sched.tile_rows == kTile;
   // Q lands in one box of the tile's rows (the pair kernel: a 64-row box a head).
   maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, static_cast<uint32_t>(p.sched.tile_rows),
                            "q");
@@ -976,35 +1025,19 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   maps.o_tma = reinterpret_cast<uintptr_t>(p.o) % 16 == 0 && (p.o_head * sizeof(T)) % 16 == 0 &&
                (p.o_tok * sizeof(T)) % 16 == 0;
   if (maps.o_tma) maps.o = make_thd_map<T>(p.o, D, p.heads_q, p.seqlen_q, p.o_head, p.o_tok, 64, "o");
-  if (pair) {
-    // 128 keys a step (two schedule tiles, any two: block_sparse's kept blocks in pairs), unless
-    // sm90_pair64 asks for the 64-key steps of v19.
-    if (forward_choice() == ForwardChoice::sm90_pair64) return launch_forward_sm90_pair<T, D, kTile>(p, maps, stream);
-    return launch_forward_sm90_pair<T, D, 2 * kTile>(p, maps, stream);
-  }
-  if (p.sched.tile_rows == 3 * kTile) {
-    if constexpr (D == 64) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3>(p, maps, stream);
-    else return launch_forward_sm90_variant<T, D, true, false, kTile, 3>(p, maps, stream);
-  }
-  switch (forward_choice()) {
-    case ForwardChoice::sm90_pingpong: return launch_forward_sm90_variant<T, D, true, true>(p, maps, stream);
-    case ForwardChoice::sm90: return launch_forward_sm90_variant<T, D, false, false>(p, maps, stream);
-    case ForwardChoice::sm90_overlap: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
-    case ForwardChoice::sm90_k128_pingpong:
-      return launch_forward_sm90_variant<T, D, true, true, 2 * kTile>(p, maps, stream);
-    case ForwardChoice::sm90_k128:
-    case ForwardChoice::sm90_k128_wg3:  // at head dim 128 (plan() builds 192-row tiles only at 64)
-      return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
-    case ForwardChoice::sm90_persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
-    default:
-      // A 128-row schedule: plan() did not take the pair kernel (Sm90Forward::pair), so the
-      // 64-key kernel that skips idle tile halves stands in for it.
-      switch (default_sm90_forward(p.sched.idle_share, p.sched.mean_tiles, p.sched.max_tiles, p.group)) {
-        case Sm90Forward::pair:
-        case Sm90Forward::skip64: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
-        case Sm90Forward::persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
-        case Sm90Forward::k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
-      }
+  switch (sm90_forward_kernel(p.sched.tile_rows, p.sched.idle_share, p.sched.mean_tiles, p.sched.max_tiles, p.group, D)) {
+    case Sm90FwdKernel::pair: return launch_forward_sm90_pair<T, D, 2 * kTile>(p, maps, stream);
+    case Sm90FwdKernel::pair64: return launch_forward_sm90_pair<T, D, kTile>(p, maps, stream);
+    case Sm90FwdKernel::k128_wg3:
+    case Sm90FwdKernel::overlap_wg3:
+      if constexpr (D == 64) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3>(p, maps, stream);
+      else return launch_forward_sm90_variant<T, D, true, false, kTile, 3>(p, maps, stream);
+    case Sm90FwdKernel::pingpong: return launch_forward_sm90_variant<T, D, true, true>(p, maps, stream);
+    case Sm90FwdKernel::plain: return launch_forward_sm90_variant<T, D, false, false>(p, maps, stream);
+    case Sm90FwdKernel::overlap: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
+    case Sm90FwdKernel::k128_pingpong: return launch_forward_sm90_variant<T, D, true, true, 2 * kTile>(p, maps, stream);
+    case Sm90FwdKernel::k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
+    case Sm90FwdKernel::persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
   }
 }
 

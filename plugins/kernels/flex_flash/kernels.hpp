@@ -406,4 +406,11 @@ inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t hea
 void launch_forward(int32_t dtype, int32_t head_dim, const FwdParams& p, void* stream);
 void launch_backward(int32_t dtype, int32_t head_dim, const BwdParams& p, void* stream);
 
+// What launch_forward / launch_backward run with these parameters (choice.cu), for flex_flash's
+// plan_info: the kernel, by the name LCA_FLEX_FORWARD / LCA_FLEX_BACKWARD takes to force it, and
+// whether dQ's first writers run.
+const char* launched_forward_kernel(const FwdParams& p, int32_t head_dim);
+const char* launched_backward_kernel(const BwdParams& p);
+bool launched_dq_first_writers(const BwdParams& p);
+
 }  // namespace lca_flex_flash

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -238,6 +239,31 @@ Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in,
   }
   for (void* ptr : bufs) alloc.release(ptr);
   return r;
+}
+
+std::string plan_info_of(const PluginHandle& plugin, const Problem& p, core::gpu::DeviceAllocator& alloc,
+                         void* stream) {
+  const lca_kernel_vtable& vt = plugin.kernel();
+  const std::string config = "{}";
+  lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, config.c_str(),
+                     nullptr, nullptr};
+  lca_kernel* kernel = nullptr;
+  if (vt.create(&host, &kernel) != LCA_OK) throw std::runtime_error(std::string("create: ") + vt.last_error());
+  const lca_problem pr = problem_of(p, p.dtype, LCA_DEVICE_CUDA);
+  const lca_mask mask = mask_of(p);
+  lca_exec exec{sizeof(lca_exec), stream, alloc.abi(), 0};
+  lca_plan* plan = nullptr;
+  const lca_status st = vt.plan(kernel, &pr, &mask, &exec, &plan);
+  const std::string error = st == LCA_OK ? "" : vt.last_error();
+  std::string info;
+  const bool has_info = vt.struct_size >= offsetof(lca_kernel_vtable, plan_info) + sizeof(vt.plan_info) &&
+                        vt.plan_info != nullptr;
+  if (st == LCA_OK && has_info)
+    if (const char* text = vt.plan_info(kernel, plan)) info = text;
+  if (plan != nullptr) vt.destroy_plan(kernel, plan, &exec);
+  vt.destroy(kernel);
+  if (st != LCA_OK) throw std::runtime_error("plan: " + error);
+  return info;
 }
 
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {

@@ -61,6 +61,11 @@ Results run_cpu_reference(const Problem& p, const Inputs& in, bool backward);
 Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in, bool backward,
                  core::gpu::DeviceAllocator& alloc, void* stream, int backward_calls = 1);
 
+// A CUDA kernel plugin's plan_info (ABI 1.1) for the problem after plan() alone, on device 0: "" where
+// it gives none. A failing create or plan throws std::runtime_error with the plugin's message.
+std::string plan_info_of(const PluginHandle& plugin, const Problem& p, core::gpu::DeviceAllocator& alloc,
+                         void* stream);
+
 // ||a - b|| / ||b|| (||a - b|| when b is all zeros); NaN anywhere gives +inf.
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b);
 // Largest |a - b| over finite reference entries; +inf when -inf positions differ or NaN appears.

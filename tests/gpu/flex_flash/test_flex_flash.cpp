@@ -8,8 +8,10 @@
 #include "random_slices.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace lca::test::cuda {
 namespace {
@@ -236,6 +238,97 @@ TEST(FlexFlash, ThreeConsumersInWindowsMatchTheGpuReference) {
                                       std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices)),
                                  seed++);
   }
+}
+
+// plan_info names the kernels forward() and backward() launch (by the names LCA_FLEX_FORWARD and
+// LCA_FLEX_BACKWARD take to force them) and the schedules they walk. With the defaults on a Hopper
+// GPU with the sm_90a build, on the problems of the GPU tests above: the pair forward and the matched
+// skip backward on block_sparse (group 2), three consumers on the windows at head dim 128 and on
+// causal at head dim 64, dQ's first writers on the windows, a split walk for a question beside
+// documents; elsewhere the mma.sync kernels. Under a variant that forces a kernel, full's plan
+// names that kernel.
+TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
+  LCA_SKIP_WITHOUT_GPU();
+  core::gpu::DeviceAllocator alloc(0);
+  core::gpu::Stream stream;
+  PluginHandle plugin("flex_flash");
+  auto info_of = [&](const Problem& p) {
+    const nlohmann::json j = nlohmann::json::parse(plan_info_of(plugin, p, alloc, stream.handle()));
+    std::printf("[plan_info] %s: %s\n", p.name.c_str(), j.dump().c_str());
+    return j;
+  };
+  auto builtin = [](const char* name, int64_t s, int hq, int hkv, int d) {
+    auto g = BuiltinProvider::instance().generate(name, "{}", s, 7);
+    EXPECT_EQ(g.status, LCA_OK) << g.error;
+    return make(std::string(name) + "_" + std::to_string(s), s, s, hq, hkv, d, LCA_DTYPE_BF16,
+                std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices));
+  };
+  const Problem full = make("full_8k", 8192, 8192, 16, 8, 128, LCA_DTYPE_BF16, mask_full(8192, 8192));
+  const nlohmann::json f = info_of(full);
+  for (const char* pass : {"forward", "backward"}) {
+    ASSERT_TRUE(f.contains(pass) && f[pass].is_object()) << f.dump();
+    EXPECT_TRUE(f[pass]["kernel"].is_string());
+  }
+  const int rows = f["forward"]["tile_rows"].get<int>();
+  EXPECT_EQ(f["forward"]["row_tiles"].get<int>(), (8192 + rows - 1) / rows);
+  EXPECT_EQ(f["backward"]["key_tiles"].get<int>(), 8192 / f["backward"]["tile_keys"].get<int>());
+  EXPECT_TRUE(f["backward"]["dq_first_writers"].is_boolean());
+  EXPECT_GE(f["backward"]["blocks"].get<int64_t>(), 8);
+
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+  };
+  const std::string forced_fwd = env("LCA_FLEX_FORWARD"), forced_bwd = env("LCA_FLEX_BACKWARD");
+  bool variant = false;
+  for (const char* name : {"LCA_FLEX_FORWARD", "LCA_FLEX_BACKWARD", "LCA_FLEX_BWD_ORDER", "LCA_FLEX_BWD_SPLIT",
+                           "LCA_FLEX_BWD_LOCAL", "LCA_FLEX_BWD_MATCH", "LCA_FLEX_DQ_FIRST"})
+    variant = variant || !env(name).empty();
+  const core::gpu::GpuInfo gpu = core::gpu::query(0);
+#ifdef LCA_FLEX_TEST_SM90A
+  const bool hopper = gpu.cc_major == 9 && gpu.cc_minor == 0;
+#else
+  const bool hopper = false;
+#endif
+  if (!hopper) {
+    EXPECT_EQ(f["forward"]["kernel"], "mma");
+    EXPECT_EQ(f["backward"]["kernel"], "mma");
+    return;
+  }
+  if (variant) {
+    // A forced 128-row forward runs on full's 128-row schedule; the pair kernels on its 64-row one
+    // (group 2); sm90_k128_wg3 is a head dim 64 kernel: at 128 it asks for sm90_k128.
+    if (!forced_fwd.empty())
+      EXPECT_EQ(f["forward"]["kernel"], forced_fwd == "sm90_k128_wg3" ? "sm90_k128" : forced_fwd);
+    for (const char* forced : {"mma", "sm90_atomic", "sm90_skip", "sm90_noskip"})
+      if (forced_bwd == forced) EXPECT_EQ(f["backward"]["kernel"], forced);
+    return;
+  }
+  EXPECT_EQ(f["forward"]["kernel"], "sm90_k128");
+
+  const nlohmann::json bs = info_of(builtin("block_sparse", 8192, 16, 8, 128));
+  EXPECT_EQ(bs["forward"]["kernel"], "sm90_pair");
+  EXPECT_EQ(bs["forward"]["tile_rows"], 64);
+  EXPECT_EQ(bs["backward"]["kernel"], "sm90_skip");
+  EXPECT_EQ(bs["backward"]["matched_key_blocks"], true);
+
+  for (const char* window : {"sliding_window_causal", "sliding_window_document"}) {
+    const nlohmann::json w = info_of(builtin(window, 16384 + 37, 64, 8, 128));
+    EXPECT_EQ(w["forward"]["kernel"], "sm90_overlap_wg3") << window;
+    EXPECT_EQ(w["forward"]["tile_rows"], 192) << window;
+  }
+  const nlohmann::json swc8k = info_of(builtin("sliding_window_causal", 8192, 16, 8, 128));
+  EXPECT_EQ(swc8k["backward"]["kernel"], "sm90_noskip");
+  EXPECT_EQ(swc8k["backward"]["dq_first_writers"], true);
+
+  const int64_t s = 8192 + 37;
+  const nlohmann::json c64 = info_of(make("causal_8k37_gqa4_d64", s, s, 48, 12, 64, LCA_DTYPE_BF16, mask_causal(s)));
+  EXPECT_EQ(c64["forward"]["kernel"], "sm90_k128_wg3");
+  EXPECT_EQ(c64["forward"]["tile_rows"], 192);
+
+  const nlohmann::json qd = info_of(
+      make("question_docs_8k", 8192, 8192, 16, 8, 128, LCA_DTYPE_BF16, lca::test::question_then_documents(8192, 128, 1024)));
+  EXPECT_GT(qd["backward"]["split_walks"].get<int>(), 0);
 }
 
 TEST(FlexFlash, RefusesWhatTheManifestDoesNotDeclare) {

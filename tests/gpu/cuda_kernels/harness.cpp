@@ -241,6 +241,14 @@ Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in,
   return r;
 }
 
+std::string plan_info_text(const lca_kernel_vtable& vt, lca_kernel* kernel, lca_plan* plan) {
+  if (plan == nullptr || vt.struct_size < offsetof(lca_kernel_vtable, plan_info) + sizeof(vt.plan_info) ||
+      vt.plan_info == nullptr)
+    return "";
+  const char* text = vt.plan_info(kernel, plan);
+  return text != nullptr ? text : "";
+}
+
 std::string plan_info_of(const PluginHandle& plugin, const Problem& p, core::gpu::DeviceAllocator& alloc,
                          void* stream) {
   const lca_kernel_vtable& vt = plugin.kernel();
@@ -255,11 +263,7 @@ std::string plan_info_of(const PluginHandle& plugin, const Problem& p, core::gpu
   lca_plan* plan = nullptr;
   const lca_status st = vt.plan(kernel, &pr, &mask, &exec, &plan);
   const std::string error = st == LCA_OK ? "" : vt.last_error();
-  std::string info;
-  const bool has_info = vt.struct_size >= offsetof(lca_kernel_vtable, plan_info) + sizeof(vt.plan_info) &&
-                        vt.plan_info != nullptr;
-  if (st == LCA_OK && has_info)
-    if (const char* text = vt.plan_info(kernel, plan)) info = text;
+  const std::string info = st == LCA_OK ? plan_info_text(vt, kernel, plan) : "";
   if (plan != nullptr) vt.destroy_plan(kernel, plan, &exec);
   vt.destroy(kernel);
   if (st != LCA_OK) throw std::runtime_error("plan: " + error);

@@ -61,6 +61,9 @@ Results run_cpu_reference(const Problem& p, const Inputs& in, bool backward);
 Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in, bool backward,
                  core::gpu::DeviceAllocator& alloc, void* stream, int backward_calls = 1);
 
+// A plan's plan_info (ABI 1.1): "" where the vtable predates it or the plugin gives none.
+std::string plan_info_text(const lca_kernel_vtable& vt, lca_kernel* kernel, lca_plan* plan);
+
 // A CUDA kernel plugin's plan_info (ABI 1.1) for the problem after plan() alone, on device 0: "" where
 // it gives none. A failing create or plan throws std::runtime_error with the plugin's message.
 std::string plan_info_of(const PluginHandle& plugin, const Problem& p, core::gpu::DeviceAllocator& alloc,

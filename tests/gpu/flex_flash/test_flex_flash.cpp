@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 
 namespace lca::test::cuda {
 namespace {
@@ -55,6 +56,14 @@ void expect_matches_reference(const Problem& p) {
 Problem make(std::string name, int64_t sq, int64_t sk, int hq, int hkv, int d, int32_t dtype,
              std::vector<lca_slice> slices) {
   return Problem{std::move(name), sq, sk, hq, hkv, d, dtype, std::move(slices)};
+}
+
+// The slices of a builtin pattern at length s; where the provider refuses it, throws (which fails the
+// test with the provider's message).
+std::vector<lca_slice> builtin_slices(const std::string& name, const std::string& params, int64_t s, uint64_t seed) {
+  auto g = BuiltinProvider::instance().generate(name, params, s, seed);
+  if (g.status != LCA_OK) throw std::runtime_error("builtin mask " + name + ": " + g.error);
+  return std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices);
 }
 
 // Rows [0, s) see a shared prefix [0, 100) fully and then themselves causally (two slices per
@@ -132,9 +141,7 @@ TEST_P(FlexFlashBuiltin, MatchesCpuReference) {
     int32_t dtype;
   } shapes[] = {{1999, 4, 2, 128, LCA_DTYPE_BF16}, {1201, 6, 2, 64, LCA_DTYPE_F16}};
   for (const auto& sh : shapes) {
-    auto g = BuiltinProvider::instance().generate(pat.name, pat.params, sh.seqlen, 11);
-    ASSERT_EQ(g.status, LCA_OK) << g.error;
-    std::vector<lca_slice> slices(g.mask->slices, g.mask->slices + g.mask->num_slices);
+    std::vector<lca_slice> slices = builtin_slices(pat.name, pat.params, sh.seqlen, 11);
     const std::string label = pat.name + "_" + std::to_string(sh.seqlen) + "_d" + std::to_string(sh.d);
     SCOPED_TRACE(label);
     expect_matches_reference(make(label, sh.seqlen, sh.seqlen, sh.hq, sh.hkv, sh.d, sh.dtype, std::move(slices)));
@@ -173,10 +180,8 @@ void expect_matches_gpu_reference(const Problem& p, uint64_t seed) {
 TEST(FlexFlash, LateBlocksOfTheSkipBackwardMatchTheGpuReference) {
   LCA_SKIP_WITHOUT_GPU();
   const int64_t s = 8192;
-  auto g = BuiltinProvider::instance().generate("block_sparse", "{}", s, 5);
-  ASSERT_EQ(g.status, LCA_OK) << g.error;
   expect_matches_gpu_reference(make("block_sparse_8k_gqa2_d128_bf16", s, s, 16, 8, 128, LCA_DTYPE_BF16,
-                                    std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices)),
+                                    builtin_slices("block_sparse", "{}", s, 5)),
                                77);
 }
 
@@ -200,10 +205,8 @@ TEST(FlexFlash, FirstWritersOfDqMatchTheGpuReference) {
   LCA_SKIP_WITHOUT_GPU();
   const int64_t s = 8192;
   for (const char* name : {"sliding_window_causal", "sliding_window"}) {
-    auto g = BuiltinProvider::instance().generate(name, "{}", s, 5);
-    ASSERT_EQ(g.status, LCA_OK) << g.error;
     expect_matches_gpu_reference(make(std::string(name) + "_8k_gqa2_d128_bf16", s, s, 16, 8, 128, LCA_DTYPE_BF16,
-                                      std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices)),
+                                      builtin_slices(name, "{}", s, 5)),
                                  79);
   }
 }
@@ -232,10 +235,8 @@ TEST(FlexFlash, ThreeConsumersInWindowsMatchTheGpuReference) {
   const int64_t s = 16384 + 37;
   int32_t seed = 82;
   for (const char* name : {"sliding_window_causal", "sliding_window_document"}) {
-    auto g = BuiltinProvider::instance().generate(name, "{}", s, 7);
-    ASSERT_EQ(g.status, LCA_OK) << g.error;
     expect_matches_gpu_reference(make(std::string(name) + "_16k37_gqa8_d128_bf16", s, s, 64, 8, 128, LCA_DTYPE_BF16,
-                                      std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices)),
+                                      builtin_slices(name, "{}", s, 7)),
                                  seed++);
   }
 }
@@ -258,10 +259,8 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
     return j;
   };
   auto builtin = [](const char* name, int64_t s, int hq, int hkv, int d) {
-    auto g = BuiltinProvider::instance().generate(name, "{}", s, 7);
-    EXPECT_EQ(g.status, LCA_OK) << g.error;
     return make(std::string(name) + "_" + std::to_string(s), s, s, hq, hkv, d, LCA_DTYPE_BF16,
-                std::vector<lca_slice>(g.mask->slices, g.mask->slices + g.mask->num_slices));
+                builtin_slices(name, "{}", s, 7));
   };
   const Problem full = make("full_8k", 8192, 8192, 16, 8, 128, LCA_DTYPE_BF16, mask_full(8192, 8192));
   const nlohmann::json f = info_of(full);

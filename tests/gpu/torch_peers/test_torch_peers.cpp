@@ -106,9 +106,9 @@ Results run_peer(const std::string& name, const Problem& p, const lca_mask& mask
     r.dk = download(dk, nk, t);
     r.dv = download(dv, nk, t);
   }
-  if (plan != nullptr && vt.struct_size >= offsetof(lca_kernel_vtable, plan_info) + sizeof(void*) && vt.plan_info) {
-    const char* info = vt.plan_info(kernel, plan);
-    std::printf("[ plan_info ] %s\n", info ? info : "(none)");
+  if (plan != nullptr) {
+    const std::string info = plan_info_text(vt, kernel, plan);
+    std::printf("[ plan_info ] %s\n", info.empty() ? "(none)" : info.c_str());
   }
   if (plan != nullptr) vt.destroy_plan(kernel, plan, &exec);
   if (kernel != nullptr) vt.destroy(kernel);

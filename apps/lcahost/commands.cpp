@@ -99,7 +99,7 @@ Devices open_devices(const Options& opt) {
 
 core::MatrixSpec load_spec(const Options& opt, const core::Registry& reg) {
   core::MatrixSpec spec = core::load_matrix_spec(opt.matrix, reg.dir());
-  if (!opt.kernels.empty()) spec.kernels = opt.kernels;
+  core::select_kernels(spec, opt.kernels, opt.kernel_options);
   apply_run_options(opt, spec);
   return spec;
 }

@@ -30,6 +30,7 @@ struct Options {
   int repeats = 0;   // 0: the matrix's own
   double repeat_ms = -1;  // -1: the matrix's own
   std::vector<std::string> kernels;
+  std::vector<std::string> kernel_options;  // KERNEL=JSON, repeatable
   std::vector<std::string> masks;
   // cp
   std::vector<std::string> cp;

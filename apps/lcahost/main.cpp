@@ -42,7 +42,12 @@ int main(int argc, char** argv) {
                      " calls), so that the median spans the GPU's clock swings at its power limit (default: the "
                      "matrix's)")
       ->check(CLI::Range(0.0, 600000.0));
-  app.add_option("--kernels", opt.kernels, "Only these kernels (comma separated)")->delimiter(',');
+  app.add_option("--kernels", opt.kernels,
+                 "Only these kernels (comma separated): plugin names, or labels of the matrix's kernels")
+      ->delimiter(',');
+  app.add_option("--kernel-options", opt.kernel_options,
+                 "KERNEL=JSON: options for a kernel's rows (a plugin name or a label; repeatable), e.g. "
+                 "flex_flash='{\"forward\": \"sm90_k128\"}'; the rows are labelled with them");
   app.add_option("--masks", opt.masks, "Only these masks (comma separated specs)")->delimiter(',');
 
   app.add_option("--cp", opt.cp, "Context-parallel strategies to run (comma separated, * = all); launch with mpirun")

@@ -24,20 +24,25 @@ std::string skip_reason(const Cell& c, const KernelCaps& caps, const HostDevices
 }  // namespace
 
 std::string Cell::key() const {
-  return kernel + "|" + mask.label() + "|" + std::to_string(seqlen) + "|" + heads.label() + "|" +
+  const std::string options_key = options.empty() ? "" : options.dump() + "|";
+  return row() + "|" + options_key + mask.label() + "|" + std::to_string(seqlen) + "|" + heads.label() + "|" +
          std::to_string(head_dim) + "|" + dtype + "|" + pass;
 }
 
 nlohmann::json Cell::to_json() const {
-  return {{"kernel", kernel},     {"device", device},       {"mask", mask.pattern},
-          {"mask_params", mask.params}, {"mask_label", mask.label()}, {"seqlen", seqlen},
-          {"heads_q", heads.heads_q}, {"heads_kv", heads.heads_kv}, {"head_dim", head_dim},
-          {"dtype", dtype},       {"pass", pass}};
+  nlohmann::json j = {{"kernel", kernel},     {"label", row()},         {"device", device},
+                      {"mask", mask.pattern}, {"mask_params", mask.params}, {"mask_label", mask.label()},
+                      {"seqlen", seqlen},     {"heads_q", heads.heads_q}, {"heads_kv", heads.heads_kv},
+                      {"head_dim", head_dim}, {"dtype", dtype},         {"pass", pass}};
+  if (!options.empty()) j["options"] = options;
+  return j;
 }
 
 Cell Cell::from_json(const nlohmann::json& j) {
   Cell c;
   c.kernel = j.at("kernel").get<std::string>();
+  c.label = j.value("label", c.kernel);
+  c.options = j.value("options", nlohmann::json::object());
   c.device = j.value("device", "cpu");
   c.mask.pattern = j.at("mask").get<std::string>();
   c.mask.params = j.value("mask_params", nlohmann::json::object());
@@ -52,25 +57,55 @@ Cell Cell::from_json(const nlohmann::json& j) {
 
 std::vector<Cell> expand_cells(const MatrixSpec& spec, const Registry& registry,
                                const MaskSource& masks, const HostDevices& devices) {
-  std::vector<const PluginRecord*> kernels;
-  if (std::find(spec.kernels.begin(), spec.kernels.end(), "*") != spec.kernels.end()) {
-    for (const auto* k : registry.loaded("kernel"))
-      if (std::find(spec.exclude_kernels.begin(), spec.exclude_kernels.end(), k->name()) ==
-          spec.exclude_kernels.end())
-        kernels.push_back(k);
-  } else {
-    for (const auto& name : spec.kernels) {
-      const auto* rec = registry.find(name, "kernel");
-      if (rec == nullptr) {
-        std::string known;
-        for (const auto* k : registry.loaded("kernel")) known += (known.empty() ? "" : ", ") + k->name();
-        throw std::runtime_error("matrix " + spec.name + ": unknown kernel '" + name +
-                                 "'; loaded kernels: " + (known.empty() ? "(none)" : known) +
-                                 " (see `lcahost list`)");
-      }
-      kernels.push_back(rec);
+  // The kernels' rows: "*" is every loaded kernel (less exclude_kernels) as plain entries.
+  struct Row {
+    const PluginRecord* plugin;
+    KernelEntry entry;
+  };
+  std::vector<Row> kernels;
+  auto loaded_names = [&] {
+    std::string known;
+    for (const auto* k : registry.loaded("kernel")) known += (known.empty() ? "" : ", ") + k->name();
+    return known.empty() ? std::string("(none)") : known;
+  };
+  for (const auto& entry : spec.kernels) {
+    if (entry.name == "*") {
+      for (const auto* k : registry.loaded("kernel"))
+        if (std::find(spec.exclude_kernels.begin(), spec.exclude_kernels.end(), k->name()) ==
+            spec.exclude_kernels.end())
+          kernels.push_back({k, KernelEntry(k->name())});
+      continue;
+    }
+    const auto* rec = registry.find(entry.name, "kernel");
+    if (rec == nullptr)
+      throw std::runtime_error("matrix " + spec.name + ": unknown kernel '" + entry.name +
+                               "'; loaded kernels: " + loaded_names() + " (see `lcahost list`)");
+    kernels.push_back({rec, entry});
+  }
+  for (const auto& [name, options] : spec.kernel_options) {
+    bool found = false;
+    for (auto& row : kernels) {
+      KernelEntry& e = row.entry;
+      if (e.label != name && e.name != name) continue;
+      found = true;
+      const bool default_label = e.label == default_kernel_label(e.name, e.options);
+      e.options.update(options);
+      if (default_label) e.label = default_kernel_label(e.name, e.options);
+    }
+    if (!found) {
+      std::string rows;
+      for (const auto& row : kernels) rows += (rows.empty() ? "" : ", ") + row.entry.label;
+      throw std::runtime_error("--kernel-options names '" + name + "', which is no kernel of matrix " + spec.name +
+                               " (its kernels: " + (rows.empty() ? "(none)" : rows) + ")");
     }
   }
+  // Two rows of one label would be one row in every table: refused (the spec's labels are unique,
+  // but "*" and --kernel-options can meet one).
+  for (size_t i = 0; i < kernels.size(); ++i)
+    for (size_t j = i + 1; j < kernels.size(); ++j)
+      if (kernels[i].entry.label == kernels[j].entry.label)
+        throw std::runtime_error("matrix " + spec.name + ": two kernels are labelled '" + kernels[i].entry.label +
+                                 "'; give each its own \"label\" (or drop one from \"kernels\")");
 
   std::vector<MaskSpec> mask_specs;
   if (std::find(spec.masks.begin(), spec.masks.end(), "*") != spec.masks.end()) {
@@ -96,8 +131,8 @@ std::vector<Cell> expand_cells(const MatrixSpec& spec, const Registry& registry,
 
   // The union of lengths over the devices of the chosen kernels, in ascending order.
   std::vector<int64_t> all_lengths;
-  for (const auto* k : kernels)
-    for (auto n : spec.seqlens_for(k->manifest.kernel.device)) all_lengths.push_back(n);
+  for (const auto& row : kernels)
+    for (auto n : spec.seqlens_for(row.plugin->manifest.kernel.device)) all_lengths.push_back(n);
   std::sort(all_lengths.begin(), all_lengths.end());
   all_lengths.erase(std::unique(all_lengths.begin(), all_lengths.end()), all_lengths.end());
 
@@ -107,12 +142,13 @@ std::vector<Cell> expand_cells(const MatrixSpec& spec, const Registry& registry,
       for (const auto& heads : spec.heads)
         for (int d : spec.head_dims)
           for (const auto& dtype : spec.dtypes)
-            for (const auto* k : kernels) {
-              const auto& caps = k->manifest.kernel;
+            for (const auto& row : kernels) {
+              const auto& caps = row.plugin->manifest.kernel;
               const auto& lens = spec.seqlens_for(caps.device);
               if (std::find(lens.begin(), lens.end(), seqlen) == lens.end()) continue;
               for (const auto& pass : spec.passes) {
-                Cell c{k->name(), caps.device, mask, seqlen, heads, d, dtype, pass, ""};
+                Cell c{row.plugin->name(), caps.device, mask,   seqlen, heads,           d,
+                       dtype,                pass,        "",     row.entry.label, row.entry.options};
                 c.skip = skip_reason(c, caps, devices);
                 cells.push_back(std::move(c));
               }

@@ -15,7 +15,7 @@
 namespace lca::core {
 
 struct Cell {
-  std::string kernel;
+  std::string kernel;   // the plugin
   std::string device;   // "cpu" or "cuda"
   MaskSpec mask;
   int64_t seqlen = 0;
@@ -24,7 +24,13 @@ struct Cell {
   std::string dtype;
   std::string pass;     // "fwd" or "bwd"
   std::string skip;     // "" when runnable, else the reason (shown after X)
+  // The matrix's label of the kernel's row (KernelEntry) and the options it is created with; a
+  // plain kernel's label is its name ("" reads as the name) and its options {}.
+  std::string label;
+  nlohmann::json options = nlohmann::json::object();
 
+  // The name of the cell's row in records, tables and reports: the label, else the kernel.
+  const std::string& row() const { return label.empty() ? kernel : label; }
   // Identity for --resume: everything that makes the cell what it is.
   std::string key() const;
   nlohmann::json to_json() const;

@@ -65,7 +65,88 @@ std::vector<T> list_of(const nlohmann::json& doc, const char* field,
   }
 }
 
+// The "kernels" field: names and {"kernel", "options", "label"} objects, labels unique.
+std::vector<KernelEntry> kernels_of(const nlohmann::json& doc, const std::filesystem::path& source) {
+  if (!doc.contains("kernels")) return {KernelEntry("*")};
+  const auto& v = doc["kernels"];
+  const nlohmann::json items = v.is_array() ? v : nlohmann::json::array({v});
+  if (items.empty()) bad(source, "kernels", "must not be empty");
+  const std::string form = "each entry is a kernel name or {\"kernel\": NAME, \"options\": {...}, \"label\": TEXT}";
+  std::vector<KernelEntry> out;
+  for (const auto& item : items) {
+    if (item.is_string()) {
+      if (item.get<std::string>().empty()) bad(source, "kernels", "a kernel name is empty");
+      out.emplace_back(item.get<std::string>());
+      continue;
+    }
+    if (!item.is_object()) bad(source, "kernels", form + ", found " + item.dump());
+    for (const auto& [key, value] : item.items())
+      if (key != "kernel" && key != "options" && key != "label")
+        bad(source, "kernels", "'" + key + "' in " + item.dump() + ": " + form);
+    if (!item.contains("kernel") || !item["kernel"].is_string() || item["kernel"].get<std::string>().empty())
+      bad(source, "kernels", "\"kernel\" must name a kernel in " + item.dump());
+    const std::string name = item["kernel"].get<std::string>();
+    const nlohmann::json options = item.value("options", nlohmann::json::object());
+    if (!options.is_object()) bad(source, "kernels", "\"options\" must be a JSON object in " + item.dump());
+    if (name == "*" && !options.empty()) bad(source, "kernels", "\"*\" takes no options (name the kernel)");
+    if (item.contains("label") && (!item["label"].is_string() || item["label"].get<std::string>().empty()))
+      bad(source, "kernels", "\"label\" must be a non-empty string in " + item.dump());
+    out.emplace_back(name, options, item.value("label", ""));
+  }
+  std::set<std::string> labels;
+  for (const auto& e : out)
+    if (!labels.insert(e.label).second)
+      bad(source, "kernels", "two entries are labelled '" + e.label + "': give each its own \"label\"");
+  return out;
+}
+
 }  // namespace
+
+KernelEntry::KernelEntry(std::string kernel, nlohmann::json opts, std::string row_label)
+    : name(std::move(kernel)), options(std::move(opts)), label(std::move(row_label)) {
+  if (label.empty()) label = default_kernel_label(name, options);
+}
+
+std::string default_kernel_label(const std::string& name, const nlohmann::json& options) {
+  if (!options.is_object() || options.empty()) return name;
+  std::string text;
+  for (const auto& [key, value] : options.items())
+    text += (text.empty() ? "" : ",") + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+  return name + "[" + text + "]";
+}
+
+void select_kernels(MatrixSpec& spec, const std::vector<std::string>& names, const std::vector<std::string>& options) {
+  if (!names.empty()) {
+    std::vector<KernelEntry> chosen;
+    std::set<std::string> taken;
+    for (const auto& n : names) {
+      bool found = false;
+      for (const auto& e : spec.kernels)
+        if (e.label == n || e.name == n) {
+          found = true;
+          if (taken.insert(e.label).second) chosen.push_back(e);
+        }
+      if (!found && taken.insert(n).second) chosen.emplace_back(n);
+    }
+    spec.kernels = std::move(chosen);
+  }
+  for (const auto& text : options) {
+    const auto eq = text.find('=');
+    const std::string usage = "--kernel-options '" + text +
+                              "': expected KERNEL=JSON-OBJECT, e.g. flex_flash='{\"forward\": \"sm90_k128\"}'";
+    if (eq == std::string::npos || eq == 0) throw std::runtime_error(usage);
+    nlohmann::json obj;
+    try {
+      obj = nlohmann::json::parse(text.substr(eq + 1));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(usage + " (not valid JSON: " + e.what() + ")");
+    }
+    if (!obj.is_object()) throw std::runtime_error(usage + " (not a JSON object)");
+    nlohmann::json& slot = spec.kernel_options[text.substr(0, eq)];
+    if (!slot.is_object()) slot = nlohmann::json::object();
+    slot.update(obj);
+  }
+}
 
 const std::vector<int64_t>& MatrixSpec::seqlens_for(const std::string& device) const {
   static const std::vector<int64_t> none;
@@ -102,7 +183,7 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   MatrixSpec s;
   s.source = source;
   s.name = scalar_of<std::string>(doc, "name", source, source.stem().string());
-  s.kernels = list_of<std::string>(doc, "kernels", source, {"*"});
+  s.kernels = kernels_of(doc, source);
   if (doc.contains("exclude_kernels"))
     s.exclude_kernels = list_of<std::string>(doc, "exclude_kernels", source, {});
   s.masks = list_of<std::string>(doc, "masks", source, {});
@@ -196,7 +277,7 @@ MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path
   }
   MatrixSpec spec = parse_matrix_spec(doc, file);
   if (what == "all") {
-    spec.kernels = {"*"};
+    spec.kernels = {KernelEntry("*")};
     spec.masks = {"*"};
   }
   return spec;

@@ -19,10 +19,31 @@ struct HeadConfig {
   std::string label() const { return std::to_string(heads_q) + ":" + std::to_string(heads_kv); }
 };
 
+// A kernel of the matrix: a plugin, the options it is created with (its config_json: variants and
+// knobs) and the label that names its rows in records, tables and reports. One plugin may appear
+// under several labels with other options, so that one run times its variants on the same inputs.
+struct KernelEntry {
+  std::string name;                                    // the plugin's, or "*" for every loaded kernel
+  nlohmann::json options = nlohmann::json::object();  // a JSON object; {} for none
+  std::string label;                                   // unique in the matrix
+
+  KernelEntry() = default;
+  // A plain name: no options, labelled by the name.
+  KernelEntry(std::string kernel) : name(kernel), label(std::move(kernel)) {}  // NOLINT: implicit
+  KernelEntry(std::string kernel, nlohmann::json opts, std::string row_label = "");
+  bool operator==(const KernelEntry&) const = default;
+};
+
+// The label of a kernel with options but none given: name[option=value,...]; the name without options.
+std::string default_kernel_label(const std::string& name, const nlohmann::json& options);
+
 struct MatrixSpec {
   std::string name;
   std::filesystem::path source;        // the file it came from
-  std::vector<std::string> kernels;    // names, or {"*"} for every loaded kernel
+  std::vector<KernelEntry> kernels;    // {"*"} for every loaded kernel
+  // The command line's --kernel-options: KERNEL (a label or plugin name) -> options merged into each
+  // of its entries once "*" is expanded (expand_cells).
+  std::map<std::string, nlohmann::json> kernel_options;
   std::vector<std::string> exclude_kernels;  // dropped from "*" (e.g. slow reference kernels)
   std::vector<std::string> masks;      // mask specs, or {"*"} for every pattern
   // Sequence lengths per device ("cpu", "cuda"); "*" applies to devices without their own list.
@@ -59,6 +80,12 @@ std::vector<std::string> preset_names(const std::filesystem::path& plugin_dir);
 // "all" is the "all" preset with every kernel and every mask. Throws std::runtime_error.
 MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path& plugin_dir);
 MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::path& source);
+
+// The command line's choice of kernels (--kernels, --kernel-options) applied to a spec. `names`
+// (when not empty) keeps the spec's entries whose label or plugin is named, in the order named, and
+// adds a plain entry for a name the spec does not hold. Each of `options` is KERNEL=JSON (a JSON
+// object), kept in kernel_options for expand_cells. Throws std::runtime_error naming the bad argument.
+void select_kernels(MatrixSpec& spec, const std::vector<std::string>& names, const std::vector<std::string>& options);
 
 // The run record's "matrix" object: what a run of the spec was asked to do (name, source, warm-up,
 // repeats, seed, check), for single-process and CP runs alike.

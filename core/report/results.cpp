@@ -92,7 +92,7 @@ void ResultsWriter::write_cell(const CellResult& r) {
   jsonl_ << r.to_json().dump() << "\n" << std::flush;
   const auto& c = r.cell;
   std::string reason = r.reason.empty() ? c.skip : r.reason;
-  csv_ << c.kernel << "," << c.device << "," << csv_escape(c.mask.label()) << "," << c.seqlen << ","
+  csv_ << csv_escape(c.row()) << "," << c.device << "," << csv_escape(c.mask.label()) << "," << c.seqlen << ","
        << c.heads.heads_q << "," << c.heads.heads_kv << "," << c.head_dim << "," << c.dtype << ","
        << c.pass << "," << r.status << "," << r.median_ms << "," << r.min_ms << "," << r.max_ms << ","
        << r.tflops << "," << r.area << "," << r.attn_peak_bytes << "," << r.total_peak_bytes << ","
@@ -146,7 +146,7 @@ void TablePrinter::row(size_t index, size_t total, const CellResult& r, double, 
   pos << index << "/" << total;
   std::string mask = c.mask.label();
   if (mask.size() > 25) mask = mask.substr(0, 24) + "~";
-  std::string kernel = c.kernel.size() > 15 ? c.kernel.substr(0, 14) + "~" : c.kernel;
+  std::string kernel = c.row().size() > 15 ? c.row().substr(0, 14) + "~" : c.row();
   out_ << "  " << std::left << std::setw(9) << pos.str() << std::setw(16) << kernel << std::setw(26) << mask
        << std::right << std::setw(8) << c.seqlen << std::setw(7) << c.heads.label() << std::setw(5)
        << c.head_dim << std::setw(6) << c.dtype << std::setw(5) << c.pass << std::setw(8) << r.status;

@@ -228,6 +228,8 @@ const ReferenceOutputs& Runner::reference_for(const Cell& cell, const lca_proble
                                               const CellBuffers& buf, const CheckOptions& opt) {
   nlohmann::json key = cell.to_json();
   key.erase("kernel");
+  key.erase("label");
+  key.erase("options");
   key.erase("pass");
   key["seed"] = options_.seed;
   key["max_reference_flops"] = opt.max_reference_flops;
@@ -295,7 +297,7 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
   const lca_problem problem{sizeof(lca_problem), dtype, be.type(), be.device_index(), S, S,
                             static_cast<int32_t>(Hq), static_cast<int32_t>(Hkv), static_cast<int32_t>(D),
                             static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
-  auto k = kernel(cell.kernel);
+  auto k = kernel(cell.kernel, cell.options.dump());
   const lca_exec exec{sizeof(lca_exec), be.stream(), be.allocator(), options_.threads};
 
   be.synchronize();

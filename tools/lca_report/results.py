@@ -63,6 +63,10 @@ def load(paths):
                     found = True
                 elif kind == "cell" and "kernel" in rec and "status" in rec:
                     cell = dict(rec, _file=path)
+                    # A row is named by its label (a kernel with options: one plugin, several rows);
+                    # the plugin stays under "plugin".
+                    cell["plugin"] = rec["kernel"]
+                    cell["kernel"] = rec.get("label") or rec["kernel"]
                     cp = (run or {}).get("cp")
                     if cp:
                         cell["cp_world_size"] = int(cp.get("world_size", 1))

@@ -33,6 +33,9 @@ Accumulate parse_config(const char* config_json) {
     fail_if(true, LCA_ERR_INVALID_ARGUMENT, std::string("config is not valid JSON: ") + e.what());
   }
   fail_if(!config.is_object(), LCA_ERR_INVALID_ARGUMENT, "config must be a JSON object");
+  for (const auto& [key, value] : config.items())
+    fail_if(key != "accumulate", LCA_ERR_INVALID_ARGUMENT,
+            "unknown option '" + key + "' (cpu_reference takes: accumulate = f32 | f64)");
   if (!config.contains("accumulate")) return Accumulate::f32;
   const auto& acc = config["accumulate"];
   if (acc == "f32" || acc == "fp32") return Accumulate::f32;

@@ -33,6 +33,7 @@ TEST(CpuReferenceDescriptor, IsAKernelWithBackward) {
 TEST(CpuReferenceErrors, BadConfig) {
   EXPECT_REFUSED(Kernel(R"({"accumulate":"f16"})").created, LCA_ERR_INVALID_ARGUMENT, "accumulate");
   EXPECT_REFUSED(Kernel("{not json").created, LCA_ERR_INVALID_ARGUMENT, "JSON");
+  EXPECT_REFUSED(Kernel(R"({"acumulate":"f64"})").created, LCA_ERR_INVALID_ARGUMENT, "unknown option 'acumulate'");
   EXPECT_EQ(Kernel(R"({"accumulate":"f64"})").created.status, LCA_OK);
 }
 

@@ -145,6 +145,54 @@ TEST_F(Expansion, UnknownKernelNamesItAndTheLoadedOnes) {
   }
 }
 
+// One plugin under two labels makes two rows of cells, each with its options; --kernel-options
+// merge into the rows they name and relabel those with default labels.
+TEST_F(Expansion, LabelledKernelsAreRowsWithTheirOptions) {
+  auto s = spec(R"({"kernels": ["fx_good", {"kernel": "fx_good", "options": {"speed": "fast"}, "label": "good_fast"}],
+                    "masks": ["full"], "seqlens": [64], "heads": ["2:2"], "head_dims": [16], "dtypes": ["f32"]})");
+  auto cells = expand(s);
+  ASSERT_EQ(cells.size(), 2u);
+  EXPECT_EQ(cells[0].kernel, "fx_good");
+  EXPECT_EQ(cells[0].row(), "fx_good");
+  EXPECT_TRUE(cells[0].options.empty());
+  EXPECT_EQ(cells[1].kernel, "fx_good");
+  EXPECT_EQ(cells[1].row(), "good_fast");
+  EXPECT_EQ(cells[1].options, json::parse(R"({"speed": "fast"})"));
+  EXPECT_NE(cells[0].key(), cells[1].key());
+  EXPECT_TRUE(cells[1].skip.empty()) << "a labelled row is judged by its plugin's manifest";
+
+  core::select_kernels(s, {}, {R"(fx_good={"threads": 2})"});
+  cells = expand(s);
+  ASSERT_EQ(cells.size(), 2u);
+  EXPECT_EQ(cells[0].row(), "fx_good[threads=2]");
+  EXPECT_EQ(cells[0].options, json::parse(R"({"threads": 2})"));
+  EXPECT_EQ(cells[1].row(), "good_fast") << "a label given in the spec stays";
+  EXPECT_EQ(cells[1].options, json::parse(R"({"speed": "fast", "threads": 2})"));
+
+  // Options for a kernel the run does not hold, and two rows that end up with one label.
+  auto star = spec(R"({"kernels": ["*"], "exclude_kernels": ["fx_cuda"], "masks": ["full"], "seqlens": [64],
+                       "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"]})");
+  core::select_kernels(star, {}, {R"(fx_oom={"a": 1})"});
+  for (const auto& c : expand(star))
+    EXPECT_EQ(c.options.empty(), c.kernel != "fx_oom") << "options reach the rows that \"*\" expands to";
+  core::select_kernels(star, {}, {R"(flash9={"a": 1})"});
+  try {
+    expand(star);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'flash9'"), std::string::npos) << e.what();
+  }
+  auto clash = spec(R"({"kernels": ["fx_good", {"kernel": "fx_oom", "label": "fx_good[a=1]"}], "masks": ["full"],
+                        "seqlens": [64], "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"]})");
+  core::select_kernels(clash, {}, {R"(fx_good={"a": 1})"});
+  try {
+    expand(clash);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("labelled 'fx_good[a=1]'"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(Expansion, UnknownMaskNamesItAndTheKnownOnes) {
   try {
     expand(spec(R"({"masks": ["full", "diagonal:width=3"], "seqlens": [64], "heads": ["1:1"], "head_dims": [16]})"));
@@ -191,6 +239,19 @@ TEST(CellJson, RoundTrip) {
   EXPECT_EQ(back.device, "cpu");
   EXPECT_EQ(back.mask.params["window"], 8);
   EXPECT_EQ(c.key(), "fx_good|sliding_window:window=8|4096|8:2|128|bf16|bwd");
+  // A labelled row keeps its label and options; an old record without them reads as a plain row.
+  c.label = "good_fast";
+  c.options = json::parse(R"({"speed": "fast"})");
+  const Cell labelled = Cell::from_json(c.to_json());
+  EXPECT_EQ(labelled.kernel, "fx_good");
+  EXPECT_EQ(labelled.row(), "good_fast");
+  EXPECT_EQ(labelled.options, c.options);
+  EXPECT_EQ(labelled.key(), c.key());
+  EXPECT_EQ(c.key(), R"(good_fast|{"speed":"fast"}|sliding_window:window=8|4096|8:2|128|bf16|bwd)");
+  json old = c.to_json();
+  old.erase("label");
+  old.erase("options");
+  EXPECT_EQ(Cell::from_json(old).key(), "fx_good|sliding_window:window=8|4096|8:2|128|bf16|bwd");
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ json with(const char* key, const json& value) {
 TEST(MatrixSpec, Defaults) {
   const MatrixSpec s = parse(minimal());
   EXPECT_EQ(s.name, "mine");  // the file's stem
-  EXPECT_EQ(s.kernels, std::vector<std::string>{"*"});
+  EXPECT_EQ(s.kernels, std::vector<core::KernelEntry>{core::KernelEntry("*")});
   EXPECT_TRUE(s.exclude_kernels.empty());
   EXPECT_EQ(s.dtypes, std::vector<std::string>{"bf16"});
   EXPECT_EQ(s.passes, std::vector<std::string>{"fwd"});
@@ -157,6 +157,67 @@ TEST(MatrixSpec, HeadsAndHeadDimsMustBeExact) {
   EXPECT_HAS(refusal(with("head_dims", {64.7})), "'head_dims'");
 }
 
+// A kernel with options and a label: its rows are named by the label, or by the options where none
+// is given; a plain name is its own label.
+TEST(MatrixSpec, KernelsWithOptionsAndLabels) {
+  const MatrixSpec s = parse(with("kernels", json::parse(R"(["flex_flash",
+      {"kernel": "flex_flash", "options": {"forward": "sm90_k128"}, "label": "flex_k128"},
+      {"kernel": "flex_flash", "options": {"backward": "sm90_atomic", "dq_first": "off"}},
+      {"kernel": "cudnn_sdpa"}])")));
+  ASSERT_EQ(s.kernels.size(), 4u);
+  EXPECT_EQ(s.kernels[0].name, "flex_flash");
+  EXPECT_EQ(s.kernels[0].label, "flex_flash");
+  EXPECT_TRUE(s.kernels[0].options.empty());
+  EXPECT_EQ(s.kernels[1].label, "flex_k128");
+  EXPECT_EQ(s.kernels[1].options, json::parse(R"({"forward": "sm90_k128"})"));
+  EXPECT_EQ(s.kernels[2].label, "flex_flash[backward=sm90_atomic,dq_first=off]");
+  EXPECT_EQ(s.kernels[3].label, "cudnn_sdpa");
+  EXPECT_EQ(core::default_kernel_label("k", json::object()), "k");
+  EXPECT_EQ(core::default_kernel_label("k", json::parse(R"({"n": 3})")), "k[n=3]");
+}
+
+TEST(MatrixSpec, BadKernelEntries) {
+  auto kernels = [](const char* text) { return with("kernels", json::parse(text)); };
+  EXPECT_HAS(refusal(kernels(R"([{"options": {"forward": "mma"}}])")), "\"kernel\" must name a kernel");
+  EXPECT_HAS(refusal(kernels(R"([{"kernel": "flex_flash", "options": ["forward"]}])")), "JSON object");
+  EXPECT_HAS(refusal(kernels(R"([{"kernel": "flex_flash", "label": ""}])")), "\"label\"");
+  EXPECT_HAS(refusal(kernels(R"([{"kernel": "flex_flash", "variant": "mma"}])")), "'variant'");
+  EXPECT_HAS(refusal(kernels(R"([{"kernel": "*", "options": {"a": "b"}}])")), "takes no options");
+  EXPECT_HAS(refusal(kernels(R"([5])")), "kernel name or");
+  EXPECT_HAS(refusal(kernels(R"([""])")), "empty");
+  // Two rows of one name would be one row in every table.
+  const std::string m = refusal(kernels(R"(["flex_flash", {"kernel": "flex_flash"}])"));
+  EXPECT_HAS(m, "'kernels'");
+  EXPECT_HAS(m, "labelled 'flex_flash'");
+  EXPECT_HAS(refusal(kernels(R"([{"kernel": "a", "label": "x"}, {"kernel": "b", "label": "x"}])")), "labelled 'x'");
+}
+
+// --kernels keeps the spec's rows it names (by label or plugin) and adds plain ones; --kernel-options
+// are kept for the expansion, and a bad one is refused naming it.
+TEST(MatrixSpec, CommandLineKernelsAndOptions) {
+  MatrixSpec s = parse(with("kernels", json::parse(R"(["cudnn_sdpa",
+      {"kernel": "flex_flash", "options": {"forward": "sm90_k128"}, "label": "flex_k128"},
+      {"kernel": "flex_flash", "options": {"forward": "sm90_pair"}, "label": "flex_pair"}])")));
+  core::select_kernels(s, {"flex_k128", "torch_flex"}, {R"(cudnn_sdpa={"a": 1})", R"(cudnn_sdpa={"b": "x"})"});
+  ASSERT_EQ(s.kernels.size(), 2u);
+  EXPECT_EQ(s.kernels[0].label, "flex_k128");
+  EXPECT_EQ(s.kernels[1], core::KernelEntry("torch_flex"));
+  EXPECT_EQ(s.kernel_options.at("cudnn_sdpa"), json::parse(R"({"a": 1, "b": "x"})"));
+  MatrixSpec t = parse(with("kernels", json::parse(R"([{"kernel": "flex_flash", "options": {"forward": "mma"}, "label": "a"},
+      {"kernel": "flex_flash", "label": "b"}])")));
+  core::select_kernels(t, {"flex_flash"}, {});
+  EXPECT_EQ(t.kernels.size(), 2u) << "a plugin's name keeps every row of it";
+  for (const char* bad : {"flex_flash", "={}", R"(flex_flash={"a")", R"(flex_flash=[1])"}) {
+    try {
+      core::select_kernels(t, {}, {bad});
+      ADD_FAILURE() << "accepted --kernel-options " << bad;
+    } catch (const std::runtime_error& e) {
+      EXPECT_HAS(std::string(e.what()), "--kernel-options");
+      EXPECT_HAS(std::string(e.what()), "KERNEL=JSON");
+    }
+  }
+}
+
 TEST(MatrixPresets, EveryPresetInTheTreeParses) {
   int count = 0;
   for (const auto& e : std::filesystem::directory_iterator(source_dir() / "manifests" / "matrices")) {
@@ -178,7 +239,7 @@ TEST(MatrixPresets, EveryPresetInTheTreeParses) {
 
 TEST(MatrixPresets, AllMeansEveryKernelAndMask) {
   const MatrixSpec s = core::load_matrix_spec("all", "/nonexistent");
-  EXPECT_EQ(s.kernels, std::vector<std::string>{"*"});
+  EXPECT_EQ(s.kernels, std::vector<core::KernelEntry>{core::KernelEntry("*")});
   EXPECT_EQ(s.masks, std::vector<std::string>{"*"});
 }
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 namespace lca::test {
@@ -176,6 +177,60 @@ TEST_F(RunCli, DryRunPrintsSkipReasonsAndWritesNothing) {
   EXPECT_NE(r.out.find("16 cells"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("no-gqa"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("summary"), std::string::npos) << "nothing ran\n" << r.out;
+}
+
+// One plugin under three labels in one run: each row's cells carry its label and options, the
+// options reach the plugin's create() (cpu_reference's fp64 accumulation takes more workspace; a
+// bad value is an ERROR that names it), and --kernel-options adds to a row's options.
+TEST_F(RunCli, OneKernelUnderSeveralLabelsRunsEachRowWithItsOptions) {
+  write_text(work_ / "rows.json", R"({
+    "kernels": ["cpu_reference", {"kernel": "cpu_reference", "options": {"accumulate": "f64"}, "label": "ref_f64"},
+                {"kernel": "cpu_reference", "options": {"accumulate": "f16"}, "label": "ref_bad"}],
+    "masks": ["causal"], "seqlens": [64], "heads": ["2:2"], "head_dims": [16], "dtypes": ["f32"],
+    "passes": ["fwd"], "warmup": 0, "repeats": 1})");
+  const auto out = work_ / "rows.jsonl";
+  const auto r = lcahost({"--matrix", (work_ / "rows.json").string(), "--out", out.string(), "--no-check"});
+  EXPECT_EQ(r.exit_code, 3) << "an ERROR cell\n" << describe(r);
+  std::map<std::string, nlohmann::json> rows;
+  for (const auto& c : read_records(out).cells) rows[c["label"].get<std::string>()] = c;
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows["cpu_reference"]["kernel"], "cpu_reference");
+  EXPECT_FALSE(rows["cpu_reference"].contains("options"));
+  EXPECT_EQ(rows["ref_f64"]["kernel"], "cpu_reference");
+  EXPECT_EQ(rows["ref_f64"]["options"], nlohmann::json::parse(R"({"accumulate": "f64"})"));
+  ASSERT_EQ(rows["cpu_reference"]["status"], "ok") << rows["cpu_reference"].dump();
+  ASSERT_EQ(rows["ref_f64"]["status"], "ok") << rows["ref_f64"].dump();
+  EXPECT_GT(rows["ref_f64"]["attn_peak_bytes"].get<int64_t>(), rows["cpu_reference"]["attn_peak_bytes"].get<int64_t>())
+      << "the f64 row ran with f32 accumulators: its options did not reach the plugin";
+  EXPECT_EQ(rows["ref_bad"]["status"], "ERROR");
+  EXPECT_NE(rows["ref_bad"]["reason"].get<std::string>().find("f16"), std::string::npos) << rows["ref_bad"].dump();
+  EXPECT_NE(r.out.find("ref_f64"), std::string::npos) << "the terminal table names the row by its label\n" << r.out;
+  EXPECT_NE(read_lines(work_ / "rows.csv")[2].find("ref_f64"), std::string::npos);
+
+  // --kernel-options by the plugin's name reach every row of it, and a row with the default label is
+  // labelled by its options; --kernels picks rows by label.
+  const auto out2 = work_ / "rows2.jsonl";
+  const auto r2 = lcahost({"--matrix", (work_ / "rows.json").string(), "--kernel-options",
+                           R"(cpu_reference={"accumulate": "f64"})", "--out", out2.string(), "--no-check"});
+  EXPECT_EQ(r2.exit_code, 0) << "the f16 row now runs in f64\n" << describe(r2);
+  std::map<std::string, nlohmann::json> rows2;
+  for (const auto& c : read_records(out2).cells) rows2[c["label"].get<std::string>()] = c;
+  ASSERT_EQ(rows2.size(), 3u);
+  ASSERT_TRUE(rows2.count("cpu_reference[accumulate=f64]")) << describe(r2);
+  for (const auto& [label, c] : rows2) {
+    EXPECT_EQ(c["status"], "ok") << c.dump();
+    EXPECT_EQ(c["options"], nlohmann::json::parse(R"({"accumulate": "f64"})")) << label;
+  }
+  const auto out3 = work_ / "rows3.jsonl";
+  const auto r3 = lcahost({"--matrix", (work_ / "rows.json").string(), "--kernels", "ref_f64",
+                           "--kernel-options", R"(ref_f64={"threads_hint": 1})", "--out", out3.string(), "--no-check"});
+  EXPECT_EQ(r3.exit_code, 3) << "cpu_reference refuses an unknown option\n" << describe(r3);
+  const Records rec = read_records(out3);
+  ASSERT_EQ(rec.cells.size(), 1u);
+  EXPECT_EQ(rec.cells[0]["status"], "ERROR");
+  EXPECT_NE(rec.cells[0]["reason"].get<std::string>().find("threads_hint"), std::string::npos) << rec.cells[0].dump();
+  EXPECT_EQ(rec.cells[0]["label"], "ref_f64");
+  EXPECT_EQ(rec.cells[0]["options"], nlohmann::json::parse(R"({"accumulate": "f64", "threads_hint": 1})"));
 }
 
 }  // namespace

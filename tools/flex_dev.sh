@@ -3,11 +3,8 @@
 # GPU tests, then a matrix of flex_flash beside cudnn_sdpa. Usage:
 #   tools/flex_dev.sh [MATRIX] [extra lcahost args...]     (SKIP_TESTS=1 to time only,
 #                                                          SKIP_BUILD=1 to reuse build-gpu)
-# The matrix runs the kernels that LCA_FLEX_FORWARD (unset: sm90_k128, sm90_persistent, sm90_pair
-# or sm90_overlap by the schedule on Hopper; sm90_k128, sm90_persistent, sm90_pair,
-# sm90_k128_pingpong, sm90_overlap, sm90_pingpong, sm90, mma)
-# and LCA_FLEX_BACKWARD (sm90 by default on Hopper, sm90_paired, sm90_unpaired, sm90_skip, sm90_noskip, sm90_atomic, mma)
-# name (see plugins/kernels/flex_flash/*_sm90.cuh); the tests run every variant.
+# The matrix runs flex_flash's default kernels (FLEX_OPTIONS='{"forward": "sm90_k128"}' forces a
+# variant: plugins/kernels/flex_flash/README.md lists them); the tests run every variant.
 # Logs and results land in $OUT (or ./results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,18 +26,11 @@ if command -v cuobjdump > /dev/null; then
   python3 tools/dev/check_wgmma_regs.py "$out/flex_flash.sass" | sed 's/^_ZN14lca_flex_flash3dev//' | cut -c1-120
 fi
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  # The GPU tests through every kernel variant (LCA_FLEX_FORWARD, LCA_FLEX_BACKWARD), one log each.
-  for variant in LCA_FLEX_DEFAULT=1 LCA_FLEX_FORWARD=sm90_k128 LCA_FLEX_FORWARD=sm90_persistent LCA_FLEX_FORWARD=sm90_pair \
-                 LCA_FLEX_FORWARD=sm90_k128_pingpong LCA_FLEX_FORWARD=sm90_overlap \
-                 LCA_FLEX_FORWARD=sm90_pingpong LCA_FLEX_FORWARD=sm90 \
-                 LCA_FLEX_BACKWARD=mma LCA_FLEX_BACKWARD=sm90_atomic LCA_FLEX_BACKWARD=sm90_paired \
-                 LCA_FLEX_BACKWARD=sm90_unpaired LCA_FLEX_BACKWARD=sm90_skip LCA_FLEX_FORWARD=mma; do
-    log="$out/test_flex_flash_${variant//=/_}.log"
-    env "$variant" build-gpu/tests/gpu/flex_flash/test_flex_flash ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$log" 2>&1
-    echo "tests, $variant: $(grep -E "PASSED|FAILED TESTS" "$log" | tr '\n' ' ')"
-    grep -E "FAILED  \]" "$log" | cut -c1-110 | head -20
-  done
+  # The GPU tests through every kernel variant (ctest's test_flex_flash_* runs), one log.
+  ctest --test-dir build-gpu -R '^test_flex_flash' --output-on-failure > "$out/test_flex_flash.log" 2>&1
+  echo "tests: $(grep -E "tests passed|tests failed" "$out/test_flex_flash.log" | tr '\n' ' ')"
+  grep -E "\*\*\*Failed|FAILED  \]" "$out/test_flex_flash.log" | cut -c1-110 | head -20
 fi
 [ "$matrix" = none ] && exit 0
 build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix "$matrix" --kernels flex_flash,cudnn_sdpa \
-  --out "$out/flex-$matrix.jsonl" "$@" 2>&1 | tee "$out/run-$matrix.log" | grep -v " X  "
+  ${FLEX_OPTIONS:+--kernel-options "flex_flash=$FLEX_OPTIONS"} --out "$out/flex-$matrix.jsonl" "$@" 2>&1 | tee "$out/run-$matrix.log" | grep -v " X  "

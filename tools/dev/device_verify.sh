@@ -11,10 +11,11 @@
 #   a backtrace from cuda-gdb if the binary dies), peers (the peers beside flex_flash and
 #   cudnn_sdpa in one lcahost run, PEER_MASKS, default full,causal,causal_document), sanitize
 #   (compute-sanitizer memcheck / racecheck / synccheck on three small cases, default kernels and
-#   SANITIZE_VARIANT), variant (tests and a timing run under VARIANT, default
-#   LCA_FLEX_BACKWARD=sm90_atomic), torchdiag (the libraries and symbol bindings of the torch
+#   SANITIZE_VARIANT, flex_flash options as option=value pairs, default backward=sm90_atomic),
+#   variant (tests under VARIANT, default backward=sm90_atomic, then one timing run of flex_flash
+#   with and without it beside cudnn_sdpa), torchdiag (the libraries and symbol bindings of the torch
 #   peers' test process, LD_DEBUG), ncu (Nsight Compute on one launch of the Hopper forward and
-#   backward, NCU_MASK at 16K, NCU_ENV), long512 (long-512k-all with
+#   backward, NCU_MASK at 16K, NCU_OPTIONS: flex_flash's options as JSON), long512 (long-512k-all with
 #   LONG_KERNELS, default flex_flash), paper (paper-dense with PAPER_KERNELS, default flex_flash,
 #   cudnn_sdpa and every torch peer built, on PAPER_MASKS, default all, with PAPER_ARGS, default
 #   "--warmup 1 --repeats 5"; resumes results/device/paper-dense.jsonl when it is there).
@@ -97,41 +98,51 @@ fi
 if has sanitize && [ "$(left)" -gt 60 ]; then
   # compute-sanitizer (memcheck, racecheck, synccheck) on three small hand cases (d128 causal with
   # GQA, d64 f16 with rows shared by slices, d128 with empty rows), under the default kernels and
-  # under SANITIZE_VARIANT (default LCA_FLEX_BACKWARD=sm90_atomic).
+  # under SANITIZE_VARIANT (default backward=sm90_atomic).
   cases='Masks/FlexFlashHand.MatchesCpuReference/causal_1000_gqa2_d128_bf16'
   cases+=':Masks/FlexFlashHand.MatchesCpuReference/shared_rows_300_gqa1_d64_f16'
   cases+=':Masks/FlexFlashHand.MatchesCpuReference/empty_rows_1000_gqa3_d128_f16'
-  for variant in LCA_FLEX_DEFAULT=1 "${SANITIZE_VARIANT:-LCA_FLEX_BACKWARD=sm90_atomic}"; do
+  for variant in "" "${SANITIZE_VARIANT:-backward=sm90_atomic}"; do
     for tool in memcheck racecheck synccheck; do
       [ "$(left)" -gt 30 ] || break 2
-      log="$work/sanitize_${tool}_${variant%%=*}_${variant#*=}.log"
-      env "$variant" timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      tag=${variant:-default}
+      log="$work/sanitize_${tool}_${tag//[=,]/_}.log"
+      LCA_FLEX_TEST_OPTIONS="$variant" timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
         build-gpu/tests/gpu/flex_flash/test_flex_flash --gtest_filter="$cases" > "$log" 2>&1
-      echo "sanitize $tool, $variant: exit $? ($(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED TESTS" "$log" | tr '\n' ' ' | cut -c1-150))"
+      echo "sanitize $tool, $tag: exit $? ($(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED TESTS" "$log" | tr '\n' ' ' | cut -c1-150))"
     done
   done
   stamp "sanitize done"
   save
 fi
 if has variant && [ "$(left)" -gt 60 ]; then
-  # A kernel variant (VARIANT, default LCA_FLEX_BACKWARD=sm90_atomic): the GPU tests under
-  # it, then a timing run beside cudnn_sdpa, right after the default's (the two runs share the
-  # machine, not the process: the variant is read once per process).
-  variant=${VARIANT:-LCA_FLEX_BACKWARD=sm90_atomic}
-  tag=${variant#*=}
-  env "$variant" build-gpu/tests/gpu/flex_flash/test_flex_flash > "$work/test_flex_flash_$tag.log" 2>&1
+  # A kernel variant (VARIANT, flex_flash options as option=value pairs, default
+  # backward=sm90_atomic): the GPU tests under it, then one timing run of flex_flash with the variant
+  # (labelled flex_variant) and without it beside cudnn_sdpa, on the same inputs.
+  variant=${VARIANT:-backward=sm90_atomic}
+  tag=${variant//[=,]/_}
+  options=$(python3 -c 'import json, sys; print(json.dumps(dict(p.split("=", 1) for p in sys.argv[1].split(",") if p)))' "$variant")
+  python3 - "$options" > "$work/variant-matrix.json" <<'PY'
+import json, sys
+spec = json.load(open("manifests/matrices/kernels-16k.json"))
+spec["kernels"] = ["flex_flash", {"kernel": "flex_flash", "options": json.loads(sys.argv[1]), "label": "flex_variant"},
+                   "cudnn_sdpa"]
+spec.pop("exclude_kernels", None)
+print(json.dumps(spec, indent=1))
+PY
+  LCA_FLEX_TEST_OPTIONS="$variant" build-gpu/tests/gpu/flex_flash/test_flex_flash > "$work/test_flex_flash_$tag.log" 2>&1
   echo "tests, $variant: $(grep -E "PASSED|FAILED TESTS" "$work/test_flex_flash_$tag.log" | tr '\n' ' ')"
   grep -E "FAILED  \]" "$work/test_flex_flash_$tag.log" | cut -c1-110 | head -10
   if grep -q PASSED "$work/test_flex_flash_$tag.log" && [ "$(left)" -gt 60 ]; then
-    env "$variant" timeout "$(left)" build-gpu/bin/lcahost --plugins build-gpu/plugins \
-      --matrix kernels-16k --kernels flex_flash,cudnn_sdpa --masks "${VARIANT_MASKS:-full,causal,causal_document}" \
+    timeout "$(left)" build-gpu/bin/lcahost --plugins build-gpu/plugins \
+      --matrix "$work/variant-matrix.json" --masks "${VARIANT_MASKS:-full,causal,causal_document}" \
       --out "$work/flex-kernels-16k-$tag.jsonl" 2>&1 | tee "$work/run-$tag.log" | grep -v " X  " | tail -12
   fi
   stamp "variant $variant done"
   save
 fi
 if has ncu && [ "$(left)" -gt 60 ]; then
-  # Nsight Compute on one launch of each Hopper kernel (NCU_MASK at 16K, default full; NCU_ENV
+  # Nsight Compute on one launch of each Hopper kernel (NCU_MASK at 16K, default full; NCU_OPTIONS
   # picks variants): throughput against the GPU's peaks, tensor-pipe use, L2 / shared traffic
   # and the warps' stall reasons. Clocks are locked to base under ncu: read ratios, not rates.
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -141,11 +152,11 @@ if has ncu && [ "$(left)" -gt 60 ]; then
     for kernel in forward_sm90_kernel backward_sm90_kernel; do
       [ "$(left)" -gt 40 ] || break
       log="$work/ncu_$kernel.log"
-      env ${NCU_ENV:-LCA_FLEX_DEFAULT=1} timeout "$(( $(left) - 10 ))" "$ncu_bin" --kernel-name "regex:$kernel" \
+      timeout "$(( $(left) - 10 ))" "$ncu_bin" --kernel-name "regex:$kernel" \
         --launch-count 1 --print-details all --section SpeedOfLight --section ComputeWorkloadAnalysis \
         --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy \
         build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix kernels-16k --kernels flex_flash \
-        --masks "${NCU_MASK:-full}" --no-check --warmup 0 --repeats 1 > "$log" 2>&1
+        ${NCU_OPTIONS:+--kernel-options "flex_flash=$NCU_OPTIONS"} --masks "${NCU_MASK:-full}" --no-check --warmup 0 --repeats 1 > "$log" 2>&1
       echo "ncu $kernel: exit $?"
       grep -E "==ERR|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|DRAM Throughput|Executed Ipc A|Issue Slots Busy|Registers Per|Shared Memory Configuration Size|Achieved Occupancy|Stall|One or More Eligible|No Eligible|Active Warps Per|Eligible Warps Per|Warp Cycles Per Issued" "$log" | cut -c1-150 | head -40
     done

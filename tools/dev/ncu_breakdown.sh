@@ -7,7 +7,7 @@
 # locked under ncu: read ratios, not rates. NOTES v30 made its first table.
 # Usage: tools/dev/ncu_breakdown.sh OUTDIR [BUILD]   (BUILD default build-gpu, built with lcahost,
 #   lca_flex_flash and lca_builtin; env MASKS, default full and the windows, SEQLENS, default
-#   "16384 65536", NCU_ENV, e.g. LCA_FLEX_BACKWARD=sm90_skip)
+#   "16384 65536", NCU_OPTIONS: flex_flash's options as JSON, e.g. '{"backward": "sm90_skip"}')
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: ncu_breakdown.sh OUTDIR [BUILD]}
@@ -32,8 +32,8 @@ json.dump({"name": "ncu-breakdown", "description": "one call a cell under ncu (t
 PY
     for mask in ${masks//,/ }; do
       log="$out/ncu-$mask-$seqlen-$pass.log"
-      env ${NCU_ENV:-} "$ncu_bin" --metrics "$metrics" --kernel-name "regex:$kernels" "$build/bin/lcahost" --plugins "$build/plugins" \
-        --matrix "$matrix" --kernels flex_flash --masks "$mask" --no-check --out "$out/res-$mask-$seqlen-$pass.jsonl" \
+      "$ncu_bin" --metrics "$metrics" --kernel-name "regex:$kernels" "$build/bin/lcahost" --plugins "$build/plugins" \
+        --matrix "$matrix" --kernels flex_flash ${NCU_OPTIONS:+--kernel-options "flex_flash=$NCU_OPTIONS"} --masks "$mask" --no-check --out "$out/res-$mask-$seqlen-$pass.jsonl" \
         > "$log" 2>&1 ||
         { echo "ncu_breakdown: $mask $seqlen $pass failed, see $log" >&2; exit 1; }
     done

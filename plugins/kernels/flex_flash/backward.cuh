@@ -4,7 +4,7 @@
 // (Q, dO, LSE and delta double-buffered); dQ goes through shared memory (dS) and fp32 atomics.
 // A pre-pass computes delta = rowsum(dO * O), a post-pass scales dQ into the output dtype.
 // Used by launch_*.cu through run_backward<T, D>, which takes the wgmma kernel of
-// backward_sm90.cuh instead on Hopper, unless LCA_FLEX_BACKWARD=mma.
+// backward_sm90.cuh instead on Hopper, unless the "backward" option is mma.
 // Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
 #pragma once
 
@@ -306,7 +306,9 @@ __global__ void __launch_bounds__(256) kv_kernel(const BwdParams p) {
 }
 
 // The Hopper kernel runs 128-key schedules; the mma.sync kernel the rest.
-inline bool backward_on_sm90(const BwdParams& p) { return p.sched.tile_rows == kBwdKeys && sm90_backward_available(); }
+inline bool backward_on_sm90(const BwdParams& p) {
+  return p.sched.tile_rows == kBwdKeys && sm90_backward_available(p.backward);
+}
 
 // Whether dQ's first writers run: only where the kernel that runs has them (elsewhere every tile is
 // zeroed and added into).
@@ -314,11 +316,11 @@ inline bool backward_dq_first_runs(const BwdParams& p) {
   return p.dq_first != nullptr && backward_on_sm90(p) && sm90_dq_first_runs(p);
 }
 
-// The kernel run_backward launches, by the name LCA_FLEX_BACKWARD takes to force it ("mma": the
+// The kernel run_backward launches, by the "backward" option's value that forces it ("mma": the
 // mma.sync kernel).
 inline const char* backward_kernel_name(const BwdParams& p) {
   if (!backward_on_sm90(p)) return "mma";
-  if (backward_variant() == "sm90_atomic") return "sm90_atomic";
+  if (p.backward == BackwardChoice::sm90_atomic) return "sm90_atomic";
   switch (sm90_backward_kernel(p)) {
     case Sm90Backward::skip: return "sm90_skip";
     case Sm90Backward::rotate: return "sm90_rotate";

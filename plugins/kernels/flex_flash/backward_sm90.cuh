@@ -25,7 +25,7 @@
 // A block runs one item of the schedule (BwdItem, backward_items) for one kv head: one key tile
 // or two, one after the other (K and V loaded again between them), each over its query tiles and
 // the group's heads in the item's order (KeyTileWalk).
-// Used by run_backward<T, D> (backward.cuh) unless LCA_FLEX_BACKWARD=mma, where the GPU is sm_90 and
+// Used by run_backward<T, D> (backward.cuh) unless the "backward" option is mma, where the GPU is sm_90 and
 // the schedule has 128-key tiles.
 // Rule: P is recomputed from the forward's LSE; masked cells give P = 0 and touch nothing.
 #pragma once
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(384, 1)
   // block_sparse's skip kernel ran at 0.79x the kernel without the skip, L2 hit rate 63% against
   // 91%; NOTES v20). Each block's TMA thread publishes its place, head * query tiles + query tile,
   // in p.sched.counter[hk] (zeroed a launch); a block reads it once, at its start.
-  // kRotate: the same in the kernel without the skip (LCA_FLEX_BACKWARD=sm90_rotate; the skip
+  // kRotate: the same in the kernel without the skip ("backward": "sm90_rotate"; the skip
   // kernel always rotates).
   // A part of a split walk (BwdItem::slot) walks the runs of its own row tile (place_split_walks),
   // loads its key tile's K and V, and does not rotate.
@@ -583,7 +583,7 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// Which backward runs on an sm_90 GPU, from LCA_FLEX_BACKWARD: "sm90" (the default: this kernel
+// Which backward runs on an sm_90 GPU, from the "backward" option (BackwardChoice, options.hpp): "sm90" (the default: this kernel
 // with dQ through TMA reduce-adds, 1.25-1.3x sm90_atomic's rate on an H100, NOTES v9),
 // "sm90_atomic" (this kernel with dQ through fp32 atomics, one key tile a block), "sm90_unpaired"
 // (the default kernel with one key tile a block, for A/B runs), "sm90_paired" (the default kernel
@@ -595,17 +595,13 @@ __global__ void __launch_bounds__(384, 1)
 // one length longer than kPlainSkipWalkLimit (default_sm90_rotate_backward: full at 64K and beyond,
 // block_sparse past the skip kernel's limit); on shorter walks it loses (NOTES v24: sliding_window 1-6%,
 // global_sliding at 64K-128K 3-4%; its walkers count their iterations, and spill 32 bytes).
-inline const std::string& backward_variant() {
-  static const std::string v =
-      variant_env("LCA_FLEX_BACKWARD", "mma sm90 sm90_atomic sm90_unpaired sm90_paired sm90_skip sm90_noskip sm90_rotate");
-  return v;
-}
-
-inline bool sm90_backward_available() { return backward_variant() != "mma" && sm90_device(); }
+inline bool sm90_backward_available(BackwardChoice v) { return v != BackwardChoice::mma && sm90_device(); }
 
 // Whether a matched backward schedule (TileSchedule::key_blocks), which runs the skip kernel, may run
-// under LCA_FLEX_BACKWARD = v: unset, sm90 or sm90_skip (backward_match gives the others none).
-inline bool variant_runs_matched(const std::string& v) { return v.empty() || v == "sm90" || v == "sm90_skip"; }
+// under the "backward" option v: absent, sm90 or sm90_skip (backward_match gives the others none).
+inline bool variant_runs_matched(BackwardChoice v) {
+  return v == BackwardChoice::sm90_auto || v == BackwardChoice::sm90 || v == BackwardChoice::sm90_skip;
+}
 
 template <class T, int D, bool kTmaDq, bool kSkipIdle = false, bool kRotate = kSkipIdle>
 void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, cudaStream_t stream) {
@@ -619,20 +615,20 @@ void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, c
 
 // The kernel the Hopper backward runs the schedule with (sm90_backward_for, kernels.hpp).
 inline Sm90Backward sm90_backward_kernel(const BwdParams& p) {
-  return sm90_backward_for(backward_variant(), p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks,
+  return sm90_backward_for(p.backward, p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks,
                            p.sched.alike_walks, p.sched.key_blocks != nullptr);
 }
 
 // Whether the first writers of dQ (BwdParams::dq_first) run; elsewhere every tile is zeroed and added
 // into.
 inline bool sm90_dq_first_runs(const BwdParams& p) {
-  return p.dq_first != nullptr && dq_first_runs_in(backward_variant(), sm90_backward_kernel(p));
+  return p.dq_first != nullptr && dq_first_runs_in(p.backward, sm90_backward_kernel(p));
 }
 
 template <class T, int D>
 void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   using L = Sm90BwdLayout<T, D>;
-  const std::string& v = backward_variant();
+  const BackwardChoice v = p.backward;
   // A matched schedule (key_blocks: plan() makes one only for the default or sm90_skip) runs the
   // skip kernel, the one that loads K and V by 64-key blocks.
   if (p.sched.key_blocks != nullptr && (!variant_runs_matched(v) || p.split_count > 0))
@@ -646,7 +642,7 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
   maps.v = make_thd_map<T>(p.v, D, p.heads_kv, p.seqlen_k, p.v_head, p.v_tok, kv_rows, "v");
   maps.q = make_thd_map<T>(p.q, D, p.heads_q, p.seqlen_q, p.q_head, p.q_tok, kTile, "q");
   maps.d_o = make_thd_map<T>(p.d_o, D, p.heads_q, p.seqlen_q, p.do_head, p.do_tok, kTile, "d_o");
-  if (v == "sm90_atomic") {
+  if (v == BackwardChoice::sm90_atomic) {
     launch_backward_sm90_variant<T, D, false>(p, maps, stream);
   } else {
     maps.dq = make_dq_accum_map(p.dq_accum, D, p.heads_q, p.seqlen_q, kTile);

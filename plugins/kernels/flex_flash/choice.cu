@@ -25,64 +25,57 @@ constexpr double kSm90Backward = 391.0, kMma64Backward = 196.0;
 constexpr double kMmaWideOverNarrow = 1.25;
 }  // namespace
 
-double wide_tile_speedup(bool forward) {
-  if (forward) return dev::sm90_available() ? kSm90Forward / kMma64Forward : kMmaWideOverNarrow;
-  return dev::sm90_backward_available() ? kSm90Backward / kMma64Backward : kMmaWideOverNarrow;
+double wide_tile_speedup(bool forward, const Options& o) {
+  if (forward) return dev::sm90_available(o.forward) ? kSm90Forward / kMma64Forward : kMmaWideOverNarrow;
+  return dev::sm90_backward_available(o.backward) ? kSm90Backward / kMma64Backward : kMmaWideOverNarrow;
 }
 
-bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
-  return dev::pair_forward_wanted(idle_share, mean_tiles, max_tiles, group);
+bool pair_forward(const Options& o, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
+  return dev::pair_forward_wanted(o.forward, idle_share, mean_tiles, max_tiles, group);
 }
 
-bool wg3_forward(int32_t head_dim, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
-  return dev::wg3_forward_wanted(head_dim, idle_share, mean_tiles, max_tiles, group);
+bool wg3_forward(const Options& o, int32_t head_dim, double idle_share, double mean_tiles, int32_t max_tiles,
+                 int32_t group) {
+  return dev::wg3_forward_wanted(o.forward, head_dim, idle_share, mean_tiles, max_tiles, group);
 }
 
-bool wg3_forward_forced(int32_t head_dim) { return dev::forward_choice() == dev::wg3_kernel(head_dim).asked; }
+bool wg3_forward_forced(const Options& o, int32_t head_dim) { return o.forward == dev::wg3_kernel(head_dim).asked; }
 
-BwdPairing backward_pairing() {
-  const std::string& v = dev::backward_variant();
-  if (v == "sm90_unpaired" || v == "sm90_atomic") return BwdPairing::kNone;
-  return v == "sm90_paired" ? BwdPairing::kAll : BwdPairing::kAuto;
+BwdPairing backward_pairing(const Options& o) {
+  if (o.backward == BackwardChoice::sm90_unpaired || o.backward == BackwardChoice::sm90_atomic) return BwdPairing::kNone;
+  return o.backward == BackwardChoice::sm90_paired ? BwdPairing::kAll : BwdPairing::kAuto;
 }
 
-int32_t backward_kv_heads_together(int32_t heads_kv) {
-  static const std::string v =
-      dev::variant_env("LCA_FLEX_BWD_ORDER", "kv_heads_outer kv_heads_inner kv_heads_2 kv_heads_4");
-  if (v.empty()) return 0;
-  if (v == "kv_heads_outer") return 1;
-  if (v == "kv_heads_inner") return heads_kv;
-  return std::gcd(v == "kv_heads_2" ? 2 : 4, heads_kv);
+int32_t backward_kv_heads_together(const Options& o, int32_t heads_kv) {
+  if (o.bwd_order == 0) return 0;
+  if (o.bwd_order < 0) return heads_kv;  // kv_heads_inner
+  return std::gcd(o.bwd_order, heads_kv);
 }
 
-BwdSplit backward_split() {
-  static const std::string v = dev::variant_env("LCA_FLEX_BWD_SPLIT", "off all");
-  if (v.empty()) return BwdSplit::kAuto;
-  return v == "off" ? BwdSplit::kOff : BwdSplit::kAll;
+BwdSplit backward_split(const Options& o) {
+  if (o.bwd_split == Switch::kAuto) return BwdSplit::kAuto;
+  return o.bwd_split == Switch::kOff ? BwdSplit::kOff : BwdSplit::kAll;
 }
 
-BwdMatch backward_match() {
-  static const std::string v = dev::variant_env("LCA_FLEX_BWD_MATCH", "off on");
-  if (v == "off" || !dev::sm90_backward_available() || !dev::variant_runs_matched(dev::backward_variant()))
+BwdMatch backward_match(const Options& o) {
+  if (o.bwd_match == Switch::kOff || !dev::sm90_backward_available(o.backward) || !dev::variant_runs_matched(o.backward))
     return BwdMatch::kOff;
-  return v == "on" ? BwdMatch::kOn : BwdMatch::kAuto;
+  return o.bwd_match == Switch::kOn ? BwdMatch::kOn : BwdMatch::kAuto;
 }
 
-BwdLocal backward_local() {
-  static const std::string v = dev::variant_env("LCA_FLEX_BWD_LOCAL", "off on");
-  if (v.empty()) return BwdLocal::kAuto;
-  return v == "off" ? BwdLocal::kOff : BwdLocal::kOn;
+BwdLocal backward_local(const Options& o) {
+  if (o.bwd_local == Switch::kAuto) return BwdLocal::kAuto;
+  return o.bwd_local == Switch::kOff ? BwdLocal::kOff : BwdLocal::kOn;
 }
 
-DqFirst backward_dq_first(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group) {
-  static const std::string mode = dev::variant_env("LCA_FLEX_DQ_FIRST", "off on");
-  if (mode == "off" || !dev::sm90_backward_available() || s.tile_rows != kBwdKeys || !plain_walks(items))
+DqFirst backward_dq_first(const Options& o, const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group) {
+  if (o.dq_first == Switch::kOff || !dev::sm90_backward_available(o.backward) || s.tile_rows != kBwdKeys ||
+      !plain_walks(items))
     return DqFirst::kOff;
-  const std::string& v = dev::backward_variant();
-  if (!dq_first_runs_in(v, sm90_backward_for(v, idle_share(s), mean_tiles(s) * group, true, alike_walks(items),
-                                             !s.key_blocks.empty())))
+  if (!dq_first_runs_in(o.backward, sm90_backward_for(o.backward, idle_share(s), mean_tiles(s) * group, true,
+                                                      alike_walks(items), !s.key_blocks.empty())))
     return DqFirst::kOff;
-  return mode == "on" ? DqFirst::kAll : DqFirst::kTimed;
+  return o.dq_first == Switch::kOn ? DqFirst::kAll : DqFirst::kTimed;
 }
 
 const char* launched_forward_kernel(const FwdParams& p, int32_t head_dim) { return dev::forward_kernel_name(p, head_dim); }

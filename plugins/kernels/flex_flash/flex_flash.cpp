@@ -4,6 +4,7 @@
 #include "../cuda_reference/slice_lists.hpp"  // validate_mask (shared helper)
 #include "cuda_check.hpp"
 #include "kernels.hpp"
+#include "options.hpp"
 #include "schedule.hpp"
 
 #include <lca/kernel.hpp>
@@ -72,6 +73,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
 class FlexPlan final : public lca::IPlan {
  public:
   lca_problem problem{};
+  Options options;  // the instance's, as plan() chose by them
   UploadedSchedule fwd, bwd;
   // Backward workspace, made on the first backward call (the runner's warm-up, outside the timed
   // repeats) rather than in plan(): plan() does not know the pass, and a forward cell must not
@@ -87,16 +89,18 @@ class FlexPlan final : public lca::IPlan {
   DeviceBuffer split_tiles, dkv_accum;
   int32_t split_count = 0;
   // What forward() and backward() launch on this plan, recorded with each cell (plan_info): the
-  // kernels, by the names LCA_FLEX_FORWARD / LCA_FLEX_BACKWARD take to force them, and the schedules
+  // kernels, by the values of the "forward" / "backward" options that force them, and the schedules
   // they walk. The backward's entries hold whether or not a backward call was made.
   std::string info() const override {
     const auto group = static_cast<int32_t>(problem.heads_q / problem.heads_kv);
     FwdParams f{};
     f.sched = fwd.view();
     f.group = group;
+    f.forward = options.forward;
     BwdParams b{};
     b.sched = bwd.view();
     b.group = group;
+    b.backward = options.backward;
     b.dq_first = dq_first.empty() ? nullptr : dq_first.as<int32_t>();
     b.split_count = split_count;
     auto rounded = [](float x) { return std::round(double{x} * 1000.0) / 1000.0; };
@@ -158,7 +162,9 @@ void check_lse(const lca_tensor& t, const lca_problem& pr) {
 
 class FlexFlash final : public lca::IKernel {
  public:
-  explicit FlexFlash(const lca_host_info&) {}
+  // The options (options.hpp) are read once, here: a bad one fails create() with the allowed values.
+  explicit FlexFlash(const lca_host_info& host)
+      : options_(parse_options(host.config_json != nullptr ? host.config_json : "")) {}
 
   std::unique_ptr<lca::IPlan> plan(const lca_problem& pr, const lca_mask& mask, const lca_exec& exec) override {
     require(pr.device_type == LCA_DEVICE_CUDA, LCA_ERR_UNSUPPORTED, "flex_flash runs on CUDA devices only");
@@ -174,17 +180,19 @@ class FlexFlash final : public lca::IKernel {
     lca_cuda_reference::validate_mask(mask, pr.seqlen_q, pr.seqlen_k);
     auto plan = std::make_unique<FlexPlan>();
     plan->problem = pr;
+    plan->options = options_;
+    const Options& o = options_;
     // The two schedules are independent host work (seconds each for a 512K block-sparse mask):
     // the backward's is built on a second thread while this one builds the forward's. The
     // future of std::async waits for its thread when destroyed, so a throw here cannot leave it
     // reading the mask after plan() returns.
-    const double fwd_speedup = wide_tile_speedup(true), bwd_speedup = wide_tile_speedup(false);
-    const BwdPairing pairing = backward_pairing();
+    const double fwd_speedup = wide_tile_speedup(true, o), bwd_speedup = wide_tile_speedup(false, o);
+    const BwdPairing pairing = backward_pairing(o);
     const int32_t heads_kv = static_cast<int32_t>(pr.heads_kv);
-    const int32_t together = backward_kv_heads_together(heads_kv);
-    const BwdSplit split = backward_split();
-    const BwdLocal local = backward_local();
-    const BwdMatch match = backward_match();
+    const int32_t together = backward_kv_heads_together(o, heads_kv);
+    const BwdSplit split = backward_split(o);
+    const BwdLocal local = backward_local(o);
+    const BwdMatch match = backward_match(o);
     int device = 0, sms = 0;
     LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
     LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -194,13 +202,13 @@ class FlexFlash final : public lca::IKernel {
       std::vector<int32_t> split_tiles;  // the split key tiles by slot (place_split_walks)
       std::vector<int32_t> dq_first;     // dq_first_writers' key tile a query tile, or empty
     };
-    auto bwd = std::async(std::launch::async, [&mask, &pr, bwd_speedup, pairing, heads_kv, together, split, local, match,
+    auto bwd = std::async(std::launch::async, [&mask, &pr, &o, bwd_speedup, pairing, heads_kv, together, split, local, match,
                                                sms] {
       const int32_t group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
       Bwd b{default_backward_schedule(mask, bwd_speedup, group, heads_kv, sms, match), {}, {}};
       b.blocks = default_backward_blocks(b.sched, heads_kv, group, sms, pairing, local, split, together);
       b.split_tiles = place_split_walks(b.sched, b.blocks.items);  // the parts' own row tiles, if any
-      if (const DqFirst first = backward_dq_first(b.sched, b.blocks.items, group); first != DqFirst::kOff) {
+      if (const DqFirst first = backward_dq_first(o, b.sched, b.blocks.items, group); first != DqFirst::kOff) {
         FirstWriters w =
             dq_first_writers(b.sched, b.blocks.items, heads_kv, group, b.blocks.kv_heads_together, sms,
                              first == DqFirst::kTimed);
@@ -213,14 +221,14 @@ class FlexFlash final : public lca::IKernel {
     });
     TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
     const auto group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
-    if (fwd.tile_rows == kFwdRows && pair_forward(idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group))
+    if (fwd.tile_rows == kFwdRows && pair_forward(o, idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group))
       fwd = build_schedule(mask, /*by_query=*/true, kTile);
     else if (const auto d = static_cast<int32_t>(pr.head_dim);
-             fwd.tile_rows == kFwdRows && wg3_forward(d, idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group)) {
-      // Three consumers on 192-row tiles: asked for (LCA_FLEX_FORWARD), or by default where their
+             fwd.tile_rows == kFwdRows && wg3_forward(o, d, idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group)) {
+      // Three consumers on 192-row tiles: asked for (the "forward" option), or by default where their
       // grid's simulated dispatch does not lose what they gain a cell (wg3_grid_keeps_gain).
       TileSchedule rows192 = build_schedule(mask, /*by_query=*/true, 3 * kTile);
-      if (wg3_forward_forced(d) || wg3_grid_keeps_gain(d, fwd, rows192, static_cast<int32_t>(pr.heads_q), sms))
+      if (wg3_forward_forced(o, d) || wg3_grid_keeps_gain(d, fwd, rows192, static_cast<int32_t>(pr.heads_q), sms))
         fwd = std::move(rows192);
     }
     plan->fwd = upload(fwd, exec);
@@ -261,6 +269,7 @@ class FlexFlash final : public lca::IKernel {
     p.heads_q = pr.heads_q, p.group = pr.heads_q / pr.heads_kv;
     p.scale_log2 = pr.softmax_scale * 1.4426950408889634f;
     p.sched = plan.fwd.view();
+    p.forward = plan.options.forward;
     launch_forward(pr.dtype, pr.head_dim, p, exec.stream);
   }
 
@@ -319,8 +328,12 @@ class FlexFlash final : public lca::IKernel {
     p.dq_ready = plan.dq_ready.as<uint32_t>();
     if (++plan.dq_call == 0) plan.dq_call = 1;  // the flags start at 0: never a call's number
     p.dq_call = plan.dq_call;
+    p.backward = plan.options.backward;
     launch_backward(pr.dtype, pr.head_dim, p, exec.stream);
   }
+
+ private:
+  Options options_;
 };
 
 }  // namespace lca_flex_flash

@@ -204,13 +204,13 @@ void launch_forward_tiles(const FwdParams& p, cudaStream_t stream) {
 inline bool forward_on_sm90(const FwdParams& p) {
   const bool sm90_rows = p.sched.tile_rows == kFwdRows || (p.sched.tile_rows == kTile && p.group % 2 == 0) ||
                          p.sched.tile_rows == 3 * kTile;
-  return sm90_rows && sm90_available();
+  return sm90_rows && sm90_available(p.forward);
 }
 
-// The kernel run_forward launches, by the name LCA_FLEX_FORWARD takes ("mma": the mma.sync kernel).
+// The kernel run_forward launches, by the "forward" option's value that forces it ("mma": the mma.sync kernel).
 inline const char* forward_kernel_name(const FwdParams& p, int head_dim) {
   if (!forward_on_sm90(p)) return "mma";
-  return sm90_forward_name(sm90_forward_kernel(p.sched.tile_rows, p.sched.idle_share, p.sched.mean_tiles,
+  return sm90_forward_name(sm90_forward_kernel(p.forward, p.sched.tile_rows, p.sched.idle_share, p.sched.mean_tiles,
                                                p.sched.max_tiles, p.group, head_dim));
 }
 

@@ -22,7 +22,7 @@
 // between their softmaxes; at head dim 128 the 64-key skipping variant runs three consumers too
 // (sm90_overlap_wg3: S 32, P 16 and O 64 registers fit the 160, Q read from shared memory), where
 // a sliding window's row tiles are short.
-// Used by launch_*.cu through run_forward<T, D> (forward.cuh) unless LCA_FLEX_FORWARD=mma, where
+// Used by launch_*.cu through run_forward<T, D> (forward.cuh) unless the "forward" option is mma, where
 // the GPU is sm_90 and the schedule has 128-row tiles, 64-row tiles and an even group (pair), or
 // 192-row tiles (three consumers).
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
@@ -841,11 +841,12 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
     if (maps.o_tma && (threadIdx.x & 127) == 0) sm90::bulk_wait_read<0>();  // before the block's shared memory goes
   }
 #else
-  __trap();  // launched only where the device code was built for sm_90a (see sm90_available)
+  __trap();  // launched only where the device code was built for sm_90a (see sm90_device)
 #endif
 }
 
-// Which forward runs on an sm_90 GPU, from LCA_FLEX_FORWARD: unset, sm90_overlap, sm90_persistent
+// Which forward runs on an sm_90 GPU, from the "forward" option (ForwardChoice, options.hpp): absent,
+// sm90_overlap, sm90_persistent
 // or sm90_k128 by the schedule (default_sm90_forward, kernels.hpp); "sm90_k128" (the wgmma kernel
 // with S of step j issued beside P V of step j - 1, 128 keys a step; v11), "sm90_k128_pingpong"
 // (that, with the two consumers taking turns to issue), "sm90_overlap" (the same with 64 keys a
@@ -861,40 +862,6 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
 // dim 128 only: plan() builds the 192-row schedule for it; elsewhere the default; v42),
 // "sm90_pingpong" (64 keys, taking turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a
 // time) or "mma" (the portable mma.sync kernel). Measurements in docs/kernels/NOTES.md.
-enum class ForwardChoice {
-  mma,
-  sm90,
-  sm90_overlap,
-  sm90_pingpong,
-  sm90_k128,
-  sm90_k128_pingpong,
-  sm90_persistent,
-  sm90_pair,
-  sm90_pair64,
-  sm90_k128_wg3,
-  sm90_overlap_wg3,
-  sm90_auto
-};
-inline ForwardChoice forward_choice() {
-  static const ForwardChoice choice = [] {
-    const std::string s =
-        variant_env("LCA_FLEX_FORWARD", "mma sm90 sm90_overlap sm90_pingpong sm90_k128 sm90_k128_pingpong "
-                                        "sm90_persistent sm90_pair sm90_pair64 sm90_k128_wg3 sm90_overlap_wg3");
-    return s == "mma"                  ? ForwardChoice::mma
-           : s == "sm90"               ? ForwardChoice::sm90
-           : s == "sm90_overlap"       ? ForwardChoice::sm90_overlap
-           : s == "sm90_pingpong"      ? ForwardChoice::sm90_pingpong
-           : s == "sm90_k128_pingpong" ? ForwardChoice::sm90_k128_pingpong
-           : s == "sm90_k128"          ? ForwardChoice::sm90_k128
-           : s == "sm90_persistent"    ? ForwardChoice::sm90_persistent
-           : s == "sm90_pair"          ? ForwardChoice::sm90_pair
-           : s == "sm90_pair64"        ? ForwardChoice::sm90_pair64
-           : s == "sm90_k128_wg3"      ? ForwardChoice::sm90_k128_wg3
-           : s == "sm90_overlap_wg3"   ? ForwardChoice::sm90_overlap_wg3
-                                       : ForwardChoice::sm90_auto;
-  }();
-  return choice;
-}
 
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, int kConsumers = 2>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
@@ -961,7 +928,7 @@ void launch_forward_sm90_pair(const FwdParams& p, const Sm90Maps& maps, cudaStre
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel (pair)");
 }
 
-// The Hopper forward kernels, named as LCA_FLEX_FORWARD names them (sm90_forward_name).
+// The Hopper forward kernels, named as the "forward" option names them (sm90_forward_name).
 enum class Sm90FwdKernel { pair, pair64, k128_wg3, overlap_wg3, pingpong, plain, overlap, k128_pingpong, k128, persistent };
 
 constexpr const char* sm90_forward_name(Sm90FwdKernel k) {
@@ -983,15 +950,15 @@ constexpr const char* sm90_forward_name(Sm90FwdKernel k) {
 // The kernel launch_forward_sm90 runs a schedule with: a 64-row schedule with an even group takes
 // the pair kernel (128 keys a step, unless sm90_pair64 asks for v19's 64), a 192-row one three
 // consumers (sm90_k128_wg3 at head dim 64, sm90_overlap_wg3 at 128), a 128-row one the kernel
-// LCA_FLEX_FORWARD asks for or, unset (or asking for a kernel of other tile rows), the default's:
+// the "forward" option (`choice`) asks for or, absent (or asking for a kernel of other tile rows), the default's:
 // where plan() did not take the pair kernel (Sm90Forward::pair), the 64-key kernel that skips idle
 // tile halves stands in for it. plan_info names the same (forward_kernel_name).
-inline Sm90FwdKernel sm90_forward_kernel(int32_t tile_rows, double idle_share, double mean_tiles, int32_t max_tiles,
+inline Sm90FwdKernel sm90_forward_kernel(ForwardChoice choice, int32_t tile_rows, double idle_share, double mean_tiles, int32_t max_tiles,
                                          int32_t group, int head_dim) {
   if (tile_rows == kTile)
-    return forward_choice() == ForwardChoice::sm90_pair64 ? Sm90FwdKernel::pair64 : Sm90FwdKernel::pair;
+    return choice == ForwardChoice::sm90_pair64 ? Sm90FwdKernel::pair64 : Sm90FwdKernel::pair;
   if (tile_rows == 3 * kTile) return head_dim == 64 ? Sm90FwdKernel::k128_wg3 : Sm90FwdKernel::overlap_wg3;
-  switch (forward_choice()) {
+  switch (choice) {
     case ForwardChoice::sm90_pingpong: return Sm90FwdKernel::pingpong;
     case ForwardChoice::sm90: return Sm90FwdKernel::plain;
     case ForwardChoice::sm90_overlap: return Sm90FwdKernel::overlap;
@@ -1025,7 +992,7 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   maps.o_tma = reinterpret_cast<uintptr_t>(p.o) % 16 == 0 && (p.o_head * sizeof(T)) % 16 == 0 &&
                (p.o_tok * sizeof(T)) % 16 == 0;
   if (maps.o_tma) maps.o = make_thd_map<T>(p.o, D, p.heads_q, p.seqlen_q, p.o_head, p.o_tok, 64, "o");
-  switch (sm90_forward_kernel(p.sched.tile_rows, p.sched.idle_share, p.sched.mean_tiles, p.sched.max_tiles, p.group, D)) {
+  switch (sm90_forward_kernel(p.forward, p.sched.tile_rows, p.sched.idle_share, p.sched.mean_tiles, p.sched.max_tiles, p.group, D)) {
     case Sm90FwdKernel::pair: return launch_forward_sm90_pair<T, D, 2 * kTile>(p, maps, stream);
     case Sm90FwdKernel::pair64: return launch_forward_sm90_pair<T, D, kTile>(p, maps, stream);
     case Sm90FwdKernel::k128_wg3:
@@ -1041,10 +1008,10 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   }
 }
 
-// The wgmma kernel runs where it was asked for (forward_choice) and can run (sm90_device).
-inline bool sm90_available() { return forward_choice() != ForwardChoice::mma && sm90_device(); }
+// The wgmma kernel runs where it was asked for (the "forward" option is not mma) and can run (sm90_device).
+inline bool sm90_available(ForwardChoice choice) { return choice != ForwardChoice::mma && sm90_device(); }
 
-// The three-consumer kernel of a head dim: the LCA_FLEX_FORWARD choice that asks for it, and the
+// The three-consumer kernel of a head dim: the "forward" option's value that asks for it, and the
 // default kernel it may stand in for on a 128-row schedule. Head dim 64: sm90_k128_wg3 for sm90_k128
 // (long row tiles); 128: sm90_overlap_wg3 for sm90_persistent (short row tiles: the windows).
 struct Wg3Kernel {
@@ -1057,22 +1024,22 @@ constexpr Wg3Kernel wg3_kernel(int head_dim) {
 }
 
 // Whether plan() builds the forward's 192-row schedule for the three-consumer kernel of this head
-// dim: where the wgmma kernels run and LCA_FLEX_FORWARD asks for that kernel or, unset, the 128-row
+// dim: where the wgmma kernels run and the "forward" option (`choice`) asks for that kernel or, absent, the 128-row
 // schedule calls for the kernel it stands in for (default_sm90_forward).
-inline bool wg3_forward_wanted(int head_dim, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
-  if ((head_dim != 64 && head_dim != 128) || !sm90_available()) return false;
+inline bool wg3_forward_wanted(ForwardChoice choice, int head_dim, double idle_share, double mean_tiles,
+                               int32_t max_tiles, int32_t group) {
+  if ((head_dim != 64 && head_dim != 128) || !sm90_available(choice)) return false;
   const Wg3Kernel k = wg3_kernel(head_dim);
-  const ForwardChoice choice = forward_choice();
   return choice == k.asked || (choice == ForwardChoice::sm90_auto &&
                                default_sm90_forward(idle_share, mean_tiles, max_tiles, group) == k.replaces);
 }
 
 // Whether plan() builds the forward's 64-row schedule for the pair kernel: where the wgmma kernels
-// run, the group is even, and LCA_FLEX_FORWARD asks for sm90_pair or, unset, the 128-row
+// run, the group is even, and the "forward" option (`choice`) asks for sm90_pair or, absent, the 128-row
 // schedule's idle share calls for it (default_sm90_forward).
-inline bool pair_forward_wanted(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
-  if (group % 2 != 0 || !sm90_available()) return false;
-  const ForwardChoice choice = forward_choice();
+inline bool pair_forward_wanted(ForwardChoice choice, double idle_share, double mean_tiles, int32_t max_tiles,
+                                int32_t group) {
+  if (group % 2 != 0 || !sm90_available(choice)) return false;
   return choice == ForwardChoice::sm90_pair || choice == ForwardChoice::sm90_pair64 ||
          (choice == ForwardChoice::sm90_auto &&
           default_sm90_forward(idle_share, mean_tiles, max_tiles, group) == Sm90Forward::pair);

@@ -5,6 +5,7 @@
 // TileSchedule uploaded by plan().
 #pragma once
 
+#include "options.hpp"
 #include "schedule.hpp"
 
 #include <lca/abi.h>
@@ -65,6 +66,7 @@ struct FwdParams {
   int32_t heads_q, group;  // group = heads_q / heads_kv
   float scale_log2;        // softmax_scale * log2(e)
   DeviceSchedule sched;    // rows are query tiles
+  ForwardChoice forward = ForwardChoice::sm90_auto;  // the instance's "forward" option (options.hpp)
 };
 
 struct BwdParams {
@@ -92,6 +94,7 @@ struct BwdParams {
   const int32_t* dq_first;
   uint32_t* dq_ready;
   uint32_t dq_call;
+  BackwardChoice backward = BackwardChoice::sm90_auto;  // the instance's "backward" option (options.hpp)
 };
 
 // One instantiation per (lca_dtype, head dim), each in its own launch_*.cu.
@@ -112,56 +115,57 @@ LCA_FLEX_DECLARE(LCA_DTYPE_F16, 128)
 #undef LCA_FLEX_DECLARE
 
 // How much faster a cell of the mask runs in the kernel that takes 128-row tiles than in the one
-// that takes 64-row tiles, on the current GPU and kernel choice (LCA_FLEX_FORWARD/_BACKWARD):
+// that takes 64-row tiles, on the current GPU and the instance's kernel options (forward/backward):
 // plan() weighs the two schedules by it (build_adaptive_schedule).
-double wide_tile_speedup(bool forward);
+double wide_tile_speedup(bool forward, const Options& o);
 
 // Whether the forward takes the Hopper pair kernel (forward_sm90.cuh, pair_forward_wanted), given
 // the 128-row schedule's idle share, mean and most tiles a row tile: plan() then builds the 64-row
 // schedule.
-bool pair_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group);
+bool pair_forward(const Options& o, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group);
 // Whether the forward takes the Hopper kernel with three consumers (forward_sm90.cuh,
 // wg3_forward_wanted) at this head dim, given the 128-row schedule's idle share, mean and most tiles
 // a row tile: plan() then builds the 192-row schedule.
-bool wg3_forward(int32_t head_dim, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group);
-// Whether LCA_FLEX_FORWARD asks for that kernel (sm90_k128_wg3 at head dim 64, sm90_overlap_wg3 at
-// 128): then on every mask, whatever the dispatch.
-bool wg3_forward_forced(int32_t head_dim);
+bool wg3_forward(const Options& o, int32_t head_dim, double idle_share, double mean_tiles, int32_t max_tiles,
+                 int32_t group);
+// Whether the "forward" option asks for that kernel (sm90_k128_wg3 at head dim 64, sm90_overlap_wg3
+// at 128): then on every mask, whatever the dispatch.
+bool wg3_forward_forced(const Options& o, int32_t head_dim);
 
-// How the Hopper backward puts key tiles into blocks (backward_items), from LCA_FLEX_BACKWARD:
+// How the Hopper backward puts key tiles into blocks (backward_items), from the "backward" option:
 // one a block (sm90_unpaired, sm90_atomic); pairs on causal-like masks (the default); pairs on
 // every mask, none split (sm90_paired: the two-tile path even on problems too small to fill the
 // GPU, as in the tests).
-BwdPairing backward_pairing();
-// The Hopper backward's kv heads together (DeviceSchedule::kv_heads_together), from
-// LCA_FLEX_BWD_ORDER: kv_heads_outer (1), kv_heads_inner (heads_kv), kv_heads_2 or kv_heads_4 (2 or
-// 4, or what of it divides heads_kv); 0 where it is unset: default_kv_heads_together's choice.
-int32_t backward_kv_heads_together(int32_t heads_kv);
-// Whether plan() splits the Hopper backward's long walks (split_long_walks), from LCA_FLEX_BWD_SPLIT:
-// unset, by its rule (not where the default takes the skip kernel); "off", never; "all", every
+BwdPairing backward_pairing(const Options& o);
+// The Hopper backward's kv heads together (DeviceSchedule::kv_heads_together), from the
+// "bwd_order" option: kv_heads_outer (1), kv_heads_inner (heads_kv), kv_heads_2 or kv_heads_4 (2 or
+// 4, or what of it divides heads_kv); 0 where it is absent: default_kv_heads_together's choice.
+int32_t backward_kv_heads_together(const Options& o, int32_t heads_kv);
+// Whether plan() splits the Hopper backward's long walks (split_long_walks), from the "bwd_split"
+// option: absent, by its rule (not where the default takes the skip kernel); "off", never; "all", every
 // plain walk of two or more query tiles into up to kForcedSplitParts parts (the tests' small
 // problems then take the split path).
 enum class BwdSplit { kAuto, kOff, kAll };
 constexpr int32_t kForcedSplitParts = 4;
-BwdSplit backward_split();
+BwdSplit backward_split(const Options& o);
 // Whether plan() matches the backward's 64-key blocks into key tiles (match_key_blocks), from
-// LCA_FLEX_BWD_MATCH: unset, where the default takes the skip kernel and the matched schedule's
+// the "bwd_match" option: absent, where the default takes the skip kernel and the matched schedule's
 // modelled time (skip_backward_cost) is kMatchGain lower; "off", never; "on", on every mask (for the
-// tests: blocks of any mask, wherever they are). Only where the Hopper backward runs with
-// LCA_FLEX_BACKWARD unset, sm90 or sm90_skip (else off): a matched schedule runs the skip kernel.
+// tests: blocks of any mask, wherever they are). Only where the Hopper backward runs with the
+// "backward" option absent, sm90 or sm90_skip (else off): a matched schedule runs the skip kernel.
 enum class BwdMatch { kAuto, kOff, kOn };
-BwdMatch backward_match();
-// Whether backward_items may take the document-local order, from LCA_FLEX_BWD_LOCAL: unset, by its
-// rule (not where the default may take the skip kernel); "off", never; "on", on every unpaired mask.
-BwdLocal backward_local();
+BwdMatch backward_match(const Options& o);
+// Whether backward_items may take the document-local order, from the "bwd_local" option: absent, by
+// its rule (not where the default may take the skip kernel); "off", never; "on", on every unpaired mask.
+BwdLocal backward_local(const Options& o);
 
 // Whether plan() gives the Hopper backward first writers of dQ (dq_first_writers), from
-// LCA_FLEX_DQ_FIRST: unset, by that function's rule (kTimed); "off", never; "on", on every query tile a
-// plain walk visits (kAll: blocks wait for first writers that run beside them; for the tests). Only
-// where the kernel without the skip or rotation runs with dQ through TMA (the default's choice on
-// plain walks, or LCA_FLEX_BACKWARD=sm90_noskip), on 128-key schedules; else kOff.
+// the "dq_first" option: absent, by that function's rule (kTimed); "off", never; "on", on every query
+// tile a plain walk visits (kAll: blocks wait for first writers that run beside them; for the tests).
+// Only where the kernel without the skip or rotation runs with dQ through TMA (the default's choice
+// on plain walks, or "backward": "sm90_noskip"), on 128-key schedules; else kOff.
 enum class DqFirst { kOff, kTimed, kAll };
-DqFirst backward_dq_first(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group);
+DqFirst backward_dq_first(const Options& o, const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group);
 
 // The launchers' thresholds, here rather than in the .cuh files so that the host tests check the
 // builtin masks against the same numbers (test_flex_schedule).
@@ -226,7 +230,7 @@ inline bool wg3_grid_keeps_gain(int32_t head_dim, const TileSchedule& rows128, c
 // Where the 64-key kernel is picked and the group (heads_q / heads_kv) is even, the pair kernel
 // is picked instead: plan() builds 64-row tiles and a block's two consumers take the same 64 rows
 // of two query heads that share K and V, so neither has idle tiles to skip (v19).
-// The default Hopper forward (LCA_FLEX_FORWARD unset), from the 128-row schedule.
+// The default Hopper forward (the "forward" option absent), from the 128-row schedule.
 enum class Sm90Forward { k128, skip64, persistent, pair };
 constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
   if (idle_share > kIdleShareFor64Keys) return group % 2 == 0 ? Sm90Forward::pair : Sm90Forward::skip64;
@@ -277,7 +281,7 @@ constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, b
 constexpr bool default_sm90_rotate_backward(double mean_walk, bool plain_walks, bool alike_walks) {
   return plain_walks && alike_walks && mean_walk > kPlainSkipWalkLimit;
 }
-// The default Hopper backward kernel (LCA_FLEX_BACKWARD unset), from the backward schedule: the
+// The default Hopper backward kernel (the "backward" option absent), from the backward schedule: the
 // skip kernel (its plain walks rotated), the kernel without the skip with rotated plain walks, or
 // the kernel without either. The two conditions never hold together (plain walks: at most / over
 // kPlainSkipWalkLimit; other walks never rotate).
@@ -288,25 +292,25 @@ constexpr Sm90Backward default_sm90_backward(double idle_share, double mean_walk
   return Sm90Backward::noskip;
 }
 
-// The Hopper backward kernel a schedule runs with under LCA_FLEX_BACKWARD = v ("" where unset;
-// sm90_atomic is the kernel without the skip, its dQ through atomics): the variant's, else the
+// The Hopper backward kernel a schedule runs with under the "backward" option v (sm90_auto where
+// absent; sm90_atomic is the kernel without the skip, its dQ through atomics): the variant's, else the
 // default's rule; a matched schedule always runs the skip kernel. The launcher
 // (backward_sm90.cuh, sm90_backward_kernel) and plan() (backward_dq_first) both ask this.
-inline Sm90Backward sm90_backward_for(const std::string& v, double idle_share, double mean_walk, bool plain_walks,
+inline Sm90Backward sm90_backward_for(BackwardChoice v, double idle_share, double mean_walk, bool plain_walks,
                                       bool alike_walks, bool matched) {
-  if (v == "sm90_atomic") return Sm90Backward::noskip;
-  if (v == "sm90_skip" || matched) return Sm90Backward::skip;
-  if (v == "sm90_noskip") return Sm90Backward::noskip;
-  if (v == "sm90_rotate") return plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip;
+  if (v == BackwardChoice::sm90_atomic) return Sm90Backward::noskip;
+  if (v == BackwardChoice::sm90_skip || matched) return Sm90Backward::skip;
+  if (v == BackwardChoice::sm90_noskip) return Sm90Backward::noskip;
+  if (v == BackwardChoice::sm90_rotate) return plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip;
   return default_sm90_backward(idle_share, mean_walk, plain_walks, alike_walks);
 }
 // Whether dQ's first writers (BwdParams::dq_first) run in that kernel: the one without the skip or
 // rotation, with dQ through TMA (not sm90_atomic).
-inline bool dq_first_runs_in(const std::string& v, Sm90Backward kernel) {
-  return v != "sm90_atomic" && kernel == Sm90Backward::noskip;
+inline bool dq_first_runs_in(BackwardChoice v, Sm90Backward kernel) {
+  return v != BackwardChoice::sm90_atomic && kernel == Sm90Backward::noskip;
 }
 
-// The default order of the Hopper backward's blocks (LCA_FLEX_BWD_ORDER unset): kv_heads_together's
+// The default order of the Hopper backward's blocks (the "bwd_order" option absent): kv_heads_together's
 // rule, but g = 1 where the walks rotate (the skip kernel's, and long plain walks), starting where
 // their kv head's running blocks are: block_sparse lost 3 / 9% with all kv heads inner at 4K / 8K,
 // where the simulation promised +7 / +2% (H100, NOTES v24).
@@ -365,11 +369,11 @@ inline std::vector<BwdItem> unpaired_under_a_wave(const TileSchedule& s, const s
 }
 
 // The Hopper backward's blocks and their order as plan() makes them, before place_split_walks:
-// backward_items, in the document-local order (`local`, LCA_FLEX_BWD_LOCAL) but not where the skip
+// backward_items, in the document-local order (`local`, option bwd_local) but not where the skip
 // kernel may run (its plain walks rotate instead); on 128-key schedules, long walks split (`split`,
-// LCA_FLEX_BWD_SPLIT) but not where the default takes the skip kernel; where every choice is the
+// option bwd_split) but not where the default takes the skip kernel; where every choice is the
 // default's, causal-like blocks that fit in one wave as unpaired_under_a_wave gives them; kv heads
-// together by default_kv_heads_together, or `together` where over 0 (LCA_FLEX_BWD_ORDER). test_flex_schedule
+// together by default_kv_heads_together, or `together` where over 0 (option bwd_order). test_flex_schedule
 // checks the builtin masks' choices through this same function.
 struct BackwardBlocks {
   std::vector<BwdItem> items;
@@ -407,7 +411,7 @@ void launch_forward(int32_t dtype, int32_t head_dim, const FwdParams& p, void* s
 void launch_backward(int32_t dtype, int32_t head_dim, const BwdParams& p, void* stream);
 
 // What launch_forward / launch_backward run with these parameters (choice.cu), for flex_flash's
-// plan_info: the kernel, by the name LCA_FLEX_FORWARD / LCA_FLEX_BACKWARD takes to force it, and
+// plan_info: the kernel, by the value of the "forward" / "backward" option that forces it, and
 // whether dQ's first writers run.
 const char* launched_forward_kernel(const FwdParams& p, int32_t head_dim);
 const char* launched_backward_kernel(const BwdParams& p);

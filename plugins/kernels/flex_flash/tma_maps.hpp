@@ -89,14 +89,4 @@ inline bool sm90_device() {
 #endif
 }
 
-// The value of an environment variable that picks a kernel variant: "" when unset, else one of
-// `allowed` (space-separated), else an error naming the variable and the choices.
-inline std::string variant_env(const char* name, const std::string& allowed) {
-  const char* v = std::getenv(name);
-  const std::string s = v ? v : "";
-  if (s.empty() || (" " + allowed + " ").find(" " + s + " ") != std::string::npos) return s;
-  throw lca::Error(LCA_ERR_INVALID_ARGUMENT,
-                   std::string("flex_flash: ") + name + "='" + s + "' is not one of: " + allowed);
-}
-
 }  // namespace lca_flex_flash::dev

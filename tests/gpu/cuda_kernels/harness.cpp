@@ -186,7 +186,8 @@ Results run_cpu_reference(const Problem& p, const Inputs& in, bool backward) {
 }
 
 Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in, bool backward,
-                 core::gpu::DeviceAllocator& alloc, void* stream, int backward_calls) {
+                 core::gpu::DeviceAllocator& alloc, void* stream, int backward_calls,
+                 const std::string& config) {
   Results r;
   const size_t es = dtype_size(p.dtype);
   const size_t nq = in.q.size(), nk = in.k.size();
@@ -226,7 +227,7 @@ Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in,
   const lca_problem pr = problem_of(p, t, LCA_DEVICE_CUDA);
   const lca_mask mask = mask_of(p);
   lca_exec exec{sizeof(lca_exec), stream, alloc.abi(), 0};
-  Call call{plugin.kernel(), "{}"};
+  Call call{plugin.kernel(), config};
   r.status = call.run(pr, mask, exec, fwd, backward ? &bwd : nullptr, &r.error, true, backward_calls);
   if (r.status == LCA_OK) {
     r.o = download(o, nq, t);
@@ -250,9 +251,8 @@ std::string plan_info_text(const lca_kernel_vtable& vt, lca_kernel* kernel, lca_
 }
 
 std::string plan_info_of(const PluginHandle& plugin, const Problem& p, core::gpu::DeviceAllocator& alloc,
-                         void* stream) {
+                         void* stream, const std::string& config) {
   const lca_kernel_vtable& vt = plugin.kernel();
-  const std::string config = "{}";
   lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, config.c_str(),
                      nullptr, nullptr};
   lca_kernel* kernel = nullptr;

@@ -58,8 +58,10 @@ Results run_cpu_reference(const Problem& p, const Inputs& in, bool backward);
 // A CUDA kernel plugin on device 0, inputs in the problem's dtype, through `alloc`. The backward
 // runs backward_calls times on one plan, the gradients poisoned before each call after the first:
 // the results are the last call's (a plan that keeps state between calls must leave it right).
+// config: the kernel's options (lca_host_info::config_json).
 Results run_cuda(const PluginHandle& plugin, const Problem& p, const Inputs& in, bool backward,
-                 core::gpu::DeviceAllocator& alloc, void* stream, int backward_calls = 1);
+                 core::gpu::DeviceAllocator& alloc, void* stream, int backward_calls = 1,
+                 const std::string& config = "{}");
 
 // A plan's plan_info (ABI 1.1): "" where the vtable predates it or the plugin gives none.
 std::string plan_info_text(const lca_kernel_vtable& vt, lca_kernel* kernel, lca_plan* plan);
@@ -67,7 +69,7 @@ std::string plan_info_text(const lca_kernel_vtable& vt, lca_kernel* kernel, lca_
 // A CUDA kernel plugin's plan_info (ABI 1.1) for the problem after plan() alone, on device 0: "" where
 // it gives none. A failing create or plan throws std::runtime_error with the plugin's message.
 std::string plan_info_of(const PluginHandle& plugin, const Problem& p, core::gpu::DeviceAllocator& alloc,
-                         void* stream);
+                         void* stream, const std::string& config = "{}");
 
 // ||a - b|| / ||b|| (||a - b|| when b is all zeros); NaN anywhere gives +inf.
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b);

@@ -20,6 +20,29 @@ namespace {
 #define LCA_SKIP_WITHOUT_GPU() \
   if (core::gpu::device_count() == 0) GTEST_SKIP() << "no CUDA device visible (driver or GPU absent)"
 
+// The flex_flash options every test here runs with: LCA_FLEX_TEST_OPTIONS, as option=value pairs
+// separated by commas (CMake's variant runs of this binary set it, e.g. forward=mma,backward=mma),
+// as a JSON object; {} where unset.
+const nlohmann::json& flex_options() {
+  static const nlohmann::json options = [] {
+    nlohmann::json j = nlohmann::json::object();
+    const char* env = std::getenv("LCA_FLEX_TEST_OPTIONS");
+    std::string text = env != nullptr ? env : "";
+    while (!text.empty()) {
+      const size_t comma = text.find(',');
+      const std::string pair = text.substr(0, comma);
+      text = comma == std::string::npos ? "" : text.substr(comma + 1);
+      const size_t eq = pair.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw std::runtime_error("LCA_FLEX_TEST_OPTIONS: '" + pair + "' is not option=value");
+      j[pair.substr(0, eq)] = pair.substr(eq + 1);
+    }
+    return j;
+  }();
+  return options;
+}
+std::string flex_config() { return flex_options().dump(); }
+
 struct Tolerance {
   double out, grad, lse;
 };
@@ -38,7 +61,8 @@ void expect_matches_reference(const Problem& p) {
   PluginHandle plugin("flex_flash");
   // Two backward calls on one plan, the second one's gradients checked: the plan keeps its fp32
   // dQ accumulator and delta between calls, and a call must not see the previous one's sums.
-  const Results got = run_cuda(plugin, p, in, true, alloc, stream.handle(), /*backward_calls=*/2);
+  const Results got =
+      run_cuda(plugin, p, in, true, alloc, stream.handle(), /*backward_calls=*/2, flex_config());
   ASSERT_EQ(got.status, LCA_OK) << got.error;
   const Tolerance tol = tolerance(p.dtype);
   const double e_o = rel_l2(got.o, ref.o), e_lse = lse_max_abs(got.lse, ref.lse);
@@ -158,7 +182,8 @@ void expect_matches_gpu_reference(const Problem& p, uint64_t seed) {
   core::gpu::Stream stream;
   const Results ref = run_cuda(PluginHandle("cuda_reference"), p, in, true, alloc, stream.handle());
   ASSERT_EQ(ref.status, LCA_OK) << ref.error;
-  const Results got = run_cuda(PluginHandle("flex_flash"), p, in, true, alloc, stream.handle(), /*backward_calls=*/2);
+  const Results got = run_cuda(PluginHandle("flex_flash"), p, in, true, alloc, stream.handle(), /*backward_calls=*/2,
+                               flex_config());
   ASSERT_EQ(got.status, LCA_OK) << got.error;
   const Tolerance tol = tolerance(p.dtype);
   const double e_o = rel_l2(got.o, ref.o), e_lse = lse_max_abs(got.lse, ref.lse);
@@ -241,8 +266,8 @@ TEST(FlexFlash, ThreeConsumersInWindowsMatchTheGpuReference) {
   }
 }
 
-// plan_info names the kernels forward() and backward() launch (by the names LCA_FLEX_FORWARD and
-// LCA_FLEX_BACKWARD take to force them) and the schedules they walk. With the defaults on a Hopper
+// plan_info names the kernels forward() and backward() launch (by the values of the "forward" and
+// "backward" options that force them) and the schedules they walk. With the defaults on a Hopper
 // GPU with the sm_90a build, on the problems of the GPU tests above: the pair forward and the matched
 // skip backward on block_sparse (group 2), three consumers on the windows at head dim 128 and on
 // causal at head dim 64, dQ's first writers on the windows, a split walk for a question beside
@@ -254,7 +279,7 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
   core::gpu::Stream stream;
   PluginHandle plugin("flex_flash");
   auto info_of = [&](const Problem& p) {
-    const nlohmann::json j = nlohmann::json::parse(plan_info_of(plugin, p, alloc, stream.handle()));
+    const nlohmann::json j = nlohmann::json::parse(plan_info_of(plugin, p, alloc, stream.handle(), flex_config()));
     std::printf("[plan_info] %s: %s\n", p.name.c_str(), j.dump().c_str());
     return j;
   };
@@ -274,15 +299,8 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
   EXPECT_TRUE(f["backward"]["dq_first_writers"].is_boolean());
   EXPECT_GE(f["backward"]["blocks"].get<int64_t>(), 8);
 
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v != nullptr ? v : "";
-  };
-  const std::string forced_fwd = env("LCA_FLEX_FORWARD"), forced_bwd = env("LCA_FLEX_BACKWARD");
-  bool variant = false;
-  for (const char* name : {"LCA_FLEX_FORWARD", "LCA_FLEX_BACKWARD", "LCA_FLEX_BWD_ORDER", "LCA_FLEX_BWD_SPLIT",
-                           "LCA_FLEX_BWD_LOCAL", "LCA_FLEX_BWD_MATCH", "LCA_FLEX_DQ_FIRST"})
-    variant = variant || !env(name).empty();
+  const std::string forced_fwd = flex_options().value("forward", ""), forced_bwd = flex_options().value("backward", "");
+  const bool variant = !flex_options().empty();
   const core::gpu::GpuInfo gpu = core::gpu::query(0);
 #ifdef LCA_FLEX_TEST_SM90A
   const bool hopper = gpu.cc_major == 9 && gpu.cc_minor == 0;
@@ -328,6 +346,70 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
   const nlohmann::json qd = info_of(
       make("question_docs_8k", 8192, 8192, 16, 8, 128, LCA_DTYPE_BF16, lca::test::question_then_documents(8192, 128, 1024)));
   EXPECT_GT(qd["backward"]["split_walks"].get<int>(), 0);
+}
+
+// Two instances of one process, created with other options, plan the same problem with the kernels
+// their options force (a matrix's two labelled rows of flex_flash): the options are the instance's,
+// not the process's. On a Hopper GPU with the sm_90a build; elsewhere both run mma.sync.
+TEST(FlexFlash, EachInstanceRunsTheKernelsOfItsOptions) {
+  LCA_SKIP_WITHOUT_GPU();
+  if (!flex_options().empty()) GTEST_SKIP() << "a variant run: the plain run checks the instances' options";
+  core::gpu::DeviceAllocator alloc(0);
+  core::gpu::Stream stream;
+  PluginHandle plugin("flex_flash");
+  const Problem full = make("full_4k", 4096, 4096, 16, 8, 128, LCA_DTYPE_BF16, mask_full(4096, 4096));
+  auto info_with = [&](const std::string& config) {
+    return nlohmann::json::parse(plan_info_of(plugin, full, alloc, stream.handle(), config));
+  };
+  const nlohmann::json plain = info_with("{}");
+  const nlohmann::json forced = info_with(R"({"forward": "sm90_k128_pingpong", "backward": "sm90_atomic"})");
+  const nlohmann::json mma = info_with(R"({"forward": "mma", "backward": "mma"})");
+  const nlohmann::json again = info_with("{}");
+  EXPECT_EQ(mma["forward"]["kernel"], "mma");
+  EXPECT_EQ(mma["backward"]["kernel"], "mma");
+  EXPECT_EQ(again, plain) << "an earlier instance's options leaked into a later one";
+#ifdef LCA_FLEX_TEST_SM90A
+  const core::gpu::GpuInfo gpu = core::gpu::query(0);
+  if (gpu.cc_major == 9 && gpu.cc_minor == 0) {
+    EXPECT_EQ(plain["forward"]["kernel"], "sm90_k128");
+    EXPECT_NE(plain["backward"]["kernel"], "sm90_atomic");
+    EXPECT_EQ(forced["forward"]["kernel"], "sm90_k128_pingpong");
+    EXPECT_EQ(forced["backward"]["kernel"], "sm90_atomic");
+  }
+#endif
+  // The forced instance computes the same attention.
+  const Inputs in = make_inputs(full, 11);
+  const Results a = run_cuda(plugin, full, in, true, alloc, stream.handle(), 1, "{}");
+  const Results b =
+      run_cuda(plugin, full, in, true, alloc, stream.handle(), 1, R"({"forward": "sm90_k128_pingpong", "backward": "sm90_atomic"})");
+  ASSERT_EQ(a.status, LCA_OK) << a.error;
+  ASSERT_EQ(b.status, LCA_OK) << b.error;
+  EXPECT_LE(rel_l2(b.o, a.o), 1e-2);
+  EXPECT_LE(rel_l2(b.dq, a.dq), 2e-2);
+  EXPECT_LE(rel_l2(b.dk, a.dk), 2e-2);
+}
+
+// A bad option fails create(), before any device work (no GPU needed): the message names the option
+// and the allowed values.
+TEST(FlexFlashOptions, BadOptionsFailCreateNamingTheAllowedValues) {
+  PluginHandle plugin("flex_flash");
+  const lca_kernel_vtable& vt = plugin.kernel();
+  for (const auto& [config, want] : {std::pair{R"({"forward": "sm90_k256"})", "sm90_overlap_wg3"},
+                                     std::pair{R"({"bwd_split": "on"})", "off, all"},
+                                     std::pair{R"({"fwd": "mma"})", "unknown option 'fwd'"},
+                                     std::pair{"[1, 2]", "JSON object"}}) {
+    lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, config, nullptr, nullptr};
+    lca_kernel* kernel = nullptr;
+    EXPECT_EQ(vt.create(&host, &kernel), LCA_ERR_INVALID_ARGUMENT) << config;
+    EXPECT_EQ(kernel, nullptr);
+    const std::string error = vt.last_error();
+    EXPECT_NE(error.find(want), std::string::npos) << config << ": " << error;
+  }
+  lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr,
+                     R"({"forward": "sm90_pair", "bwd_order": "kv_heads_2"})", nullptr, nullptr};
+  lca_kernel* kernel = nullptr;
+  ASSERT_EQ(vt.create(&host, &kernel), LCA_OK) << vt.last_error();
+  vt.destroy(kernel);
 }
 
 TEST(FlexFlash, RefusesWhatTheManifestDoesNotDeclare) {

@@ -1026,9 +1026,10 @@ TEST(FlexSchedule, WindowsHaveFirstWritersOfDq) {
     ASSERT_EQ(g.status, LCA_OK) << g.error;
     const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
     const auto b = lca_flex_flash::default_backward_blocks(s, 8, 2, 132, BwdPairing::kAuto);
-    // The kernel by LCA_FLEX_BACKWARD: first writers run in the default's and sm90_noskip's, not in the
-    // atomic, skip or rotating variants'.
-    auto runs_under = [&](const std::string& v) {
+    // The kernel by the "backward" option: first writers run in the default's and sm90_noskip's, not in
+    // the atomic, skip or rotating variants'.
+    auto runs_under = [&](const std::string& name) {
+      const lca_flex_flash::BackwardChoice v = lca_flex_flash::backward_choice(name);
       return lca_flex_flash::dq_first_runs_in(
           v, lca_flex_flash::sm90_backward_for(v, lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 2,
                                                lca_flex_flash::plain_walks(b.items),

@@ -6,7 +6,7 @@ block stamps clock64() at each phase of each step into a device buffer, which th
 the file named by LCA_X_TRACE (the last forward call's; 8192 stamps a block, 8 bytes each: the
 clock << 8 | the phase). Usage on a device:
   git apply tools/dev/probe/forward_trace.patch && cmake --build build-gpu --target lca_flex_flash
-  LCA_FLEX_FORWARD=sm90_persistent LCA_X_TRACE=swc.bin build-gpu/bin/lcahost ... --no-check
+  LCA_X_TRACE=swc.bin build-gpu/bin/lcahost ... --kernel-options 'flex_flash={"forward": "sm90_persistent"}' --no-check
   git apply -R tools/dev/probe/forward_trace.patch
 then here: tools/dev/probe/forward_trace.py swc.bin [more.bin ...]
 Prints, for each kind of step, the median cycles of each phase. Kinds: B = a row tile's first step

@@ -1,0 +1,111 @@
+// flex_flash's options from config_json; see options.hpp.
+#include "options.hpp"
+
+#include <lca/abi.h>
+#include <lca/error.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lca_flex_flash {
+
+namespace {
+
+// Each option's values in one table: the name a user writes, the value it sets.
+template <class E>
+using Names = std::vector<std::pair<const char*, E>>;
+
+const Names<ForwardChoice> kForward = {
+    {"mma", ForwardChoice::mma},
+    {"sm90", ForwardChoice::sm90},
+    {"sm90_overlap", ForwardChoice::sm90_overlap},
+    {"sm90_pingpong", ForwardChoice::sm90_pingpong},
+    {"sm90_k128", ForwardChoice::sm90_k128},
+    {"sm90_k128_pingpong", ForwardChoice::sm90_k128_pingpong},
+    {"sm90_persistent", ForwardChoice::sm90_persistent},
+    {"sm90_pair", ForwardChoice::sm90_pair},
+    {"sm90_pair64", ForwardChoice::sm90_pair64},
+    {"sm90_k128_wg3", ForwardChoice::sm90_k128_wg3},
+    {"sm90_overlap_wg3", ForwardChoice::sm90_overlap_wg3}};
+
+const Names<BackwardChoice> kBackward = {
+    {"mma", BackwardChoice::mma},
+    {"sm90", BackwardChoice::sm90},
+    {"sm90_atomic", BackwardChoice::sm90_atomic},
+    {"sm90_unpaired", BackwardChoice::sm90_unpaired},
+    {"sm90_paired", BackwardChoice::sm90_paired},
+    {"sm90_skip", BackwardChoice::sm90_skip},
+    {"sm90_noskip", BackwardChoice::sm90_noskip},
+    {"sm90_rotate", BackwardChoice::sm90_rotate}};
+
+const Names<int32_t> kOrder = {{"kv_heads_outer", 1}, {"kv_heads_inner", -1}, {"kv_heads_2", 2}, {"kv_heads_4", 4}};
+const Names<Switch> kSplit = {{"off", Switch::kOff}, {"all", Switch::kOn}};
+const Names<Switch> kOffOn = {{"off", Switch::kOff}, {"on", Switch::kOn}};
+
+template <class E>
+std::string allowed(const Names<E>& names) {
+  std::string s;
+  for (const auto& [name, value] : names) s += (s.empty() ? "" : ", ") + std::string(name);
+  return s;
+}
+
+template <class E>
+E value_of(const Names<E>& names, const std::string& option, const nlohmann::json& v) {
+  if (v.is_string())
+    for (const auto& [name, value] : names)
+      if (v.get<std::string>() == name) return value;
+  throw lca::Error(LCA_ERR_INVALID_ARGUMENT, "flex_flash: option '" + option + "' = " + v.dump() +
+                                                 " is not one of: " + allowed(names) +
+                                                 " (leave it out for plan()'s choice)");
+}
+
+template <class E>
+const char* name_of(const Names<E>& names, E value, const char* fallback) {
+  for (const auto& [name, v] : names)
+    if (v == value) return name;
+  return fallback;
+}
+
+}  // namespace
+
+Options parse_options(const std::string& config_json) {
+  Options o;
+  if (config_json.empty()) return o;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(config_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw lca::Error(LCA_ERR_INVALID_ARGUMENT, std::string("flex_flash: options are not valid JSON: ") + e.what());
+  }
+  if (j.is_null()) return o;
+  if (!j.is_object())
+    throw lca::Error(LCA_ERR_INVALID_ARGUMENT, "flex_flash: options must be a JSON object, found " + j.dump());
+  for (const auto& [key, v] : j.items()) {
+    if (key == "forward") o.forward = value_of(kForward, key, v);
+    else if (key == "backward") o.backward = value_of(kBackward, key, v);
+    else if (key == "bwd_order") o.bwd_order = value_of(kOrder, key, v);
+    else if (key == "bwd_split") o.bwd_split = value_of(kSplit, key, v);
+    else if (key == "bwd_match") o.bwd_match = value_of(kOffOn, key, v);
+    else if (key == "bwd_local") o.bwd_local = value_of(kOffOn, key, v);
+    else if (key == "dq_first") o.dq_first = value_of(kOffOn, key, v);
+    else
+      throw lca::Error(LCA_ERR_INVALID_ARGUMENT,
+                       "flex_flash: unknown option '" + key +
+                           "' (options: forward, backward, bwd_order, bwd_split, bwd_match, bwd_local, dq_first; "
+                           "see plugins/kernels/flex_flash/README.md)");
+  }
+  return o;
+}
+
+const char* forward_choice_name(ForwardChoice c) { return name_of(kForward, c, ""); }
+const char* backward_choice_name(BackwardChoice c) { return name_of(kBackward, c, ""); }
+
+BackwardChoice backward_choice(const std::string& name) {
+  if (name.empty()) return BackwardChoice::sm90_auto;
+  return value_of(kBackward, "backward", nlohmann::json(name));
+}
+
+}  // namespace lca_flex_flash

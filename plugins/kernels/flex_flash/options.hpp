@@ -1,0 +1,69 @@
+// flex_flash's options: the kernel variants a kernel instance runs, read from its config_json
+// (lca_host_info) at create(), so that one process can time two variants on the same inputs.
+// Used by flex_flash.cpp (parse), plan() (choice.cu) and the launchers (through FwdParams/BwdParams).
+// Rule: an absent option is the default, chosen by plan() from the schedule; a forcing value is
+// taken as it is, and an unknown option or value is refused at create() naming the allowed ones.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lca_flex_flash {
+
+// The forward's kernel (option "forward"): sm90_auto where absent. Each value names the kernel it
+// forces, as plan_info names the kernel that ran (forward_sm90.cuh, sm90_forward_name).
+enum class ForwardChoice : int32_t {
+  sm90_auto,
+  mma,
+  sm90,
+  sm90_overlap,
+  sm90_pingpong,
+  sm90_k128,
+  sm90_k128_pingpong,
+  sm90_persistent,
+  sm90_pair,
+  sm90_pair64,
+  sm90_k128_wg3,
+  sm90_overlap_wg3
+};
+
+// The backward's kernel (option "backward"): sm90_auto where absent (backward_sm90.cuh).
+enum class BackwardChoice : int32_t {
+  sm90_auto,
+  mma,
+  sm90,
+  sm90_atomic,
+  sm90_unpaired,
+  sm90_paired,
+  sm90_skip,
+  sm90_noskip,
+  sm90_rotate
+};
+
+// The plan's switches: absent is kAuto (plan()'s rule), else forced off or on.
+enum class Switch : int32_t { kAuto, kOff, kOn };
+
+struct Options {
+  ForwardChoice forward = ForwardChoice::sm90_auto;
+  BackwardChoice backward = BackwardChoice::sm90_auto;
+  // "bwd_order": the backward's kv heads together; 0 where absent (plan()'s rule), -1 for all of them
+  // (kv_heads_inner), else 1 (kv_heads_outer), 2 or 4 (kv_heads_2 / kv_heads_4).
+  int32_t bwd_order = 0;
+  Switch bwd_split = Switch::kAuto;  // "bwd_split": off | all (kOn)
+  Switch bwd_match = Switch::kAuto;  // "bwd_match": off | on
+  Switch bwd_local = Switch::kAuto;  // "bwd_local": off | on
+  Switch dq_first = Switch::kAuto;   // "dq_first": off | on
+};
+
+// The options of a config_json object ("" or "{}": every default). Throws lca::Error
+// (LCA_ERR_INVALID_ARGUMENT) for text that is not a JSON object, an unknown option or a value
+// outside the option's list, naming the allowed ones.
+Options parse_options(const std::string& config_json);
+
+// The option's value names, as parse_options takes them (and plan_info reports the kernels).
+const char* forward_choice_name(ForwardChoice c);
+const char* backward_choice_name(BackwardChoice c);
+// BackwardChoice of a value name ("" for sm90_auto); throws lca::Error for an unknown one.
+BackwardChoice backward_choice(const std::string& name);
+
+}  // namespace lca_flex_flash

@@ -5,11 +5,11 @@
 #   tools/dev/ab_same_run.sh REV [NAME] [BUILD]
 #   BUILD/bin/lcahost --plugins BUILD/plugins --matrix M.json --kernels flex_flash,NAME --no-check
 # ab_variants.py runs its variants one whole matrix after another, so that a drift of the GPU's
-# clocks over the minutes of a run can fall on one of them (NOTES v27); here the two versions of a
+# clocks over the minutes of a run can fall on one of them; here the two versions of a
 # cell are timed seconds apart. Only plugins/kernels/flex_flash differs from the tree: the other
 # files are the tree's. BUILD must be configured (its CMakeCache gives the flags).
 # REV may also be a tar file of those sources, for a machine whose copy of .git lacks the revision
-# (the device's did in session 30: it held an older .git than the tree it ran):
+# (a device machine's copy of the history can be older than the tree it runs):
 #   git archive -o ab-base.tar REV plugins/kernels/flex_flash   (here), then ab_same_run.sh ab-base.tar
 set -euo pipefail
 cd "$(dirname "$0")/../.."

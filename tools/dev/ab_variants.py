@@ -14,7 +14,7 @@ Prints one line per cell and variant, then `best: VAR=VALUE` (the highest geomet
 The matrices in tools/dev/matrices warm up for 1500 ms a cell (warmup_ms) and time calls for at
 least 1000 ms (repeat_ms; docs/DESIGN.md, Measurements): on an H100 at its power
 limit, a variant timed at boost clocks against one timed throttled differs by up to 12% for no
-reason of its own (docs/kernels/NOTES.md v22)."""
+reason of its own."""
 import argparse
 import json
 import math
@@ -68,8 +68,8 @@ def main():
     scores = {v: {} for v in args.variants}
     for rnd in range(args.rounds):
         # Odd rounds go in the reverse order (A B, B A, ...): with the same order each round, a drift
-        # of the GPU over the run fell on the later variants (NOTES v27: -3 to -7% on cells a change
-        # could not touch).
+        # of the GPU over the run fell on the later variants (-3 to -7% on cells a change could not
+        # touch).
         for v in args.variants if rnd % 2 == 0 else list(reversed(args.variants)):
             for cell, k in run(args, v, rnd).items():
                 if "flex_flash" in k:

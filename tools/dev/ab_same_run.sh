@@ -6,10 +6,11 @@
 #   BUILD/bin/lcahost --plugins BUILD/plugins --matrix M.json --kernels flex_flash,NAME --no-check
 # Two runs one after another would let a drift of the GPU's clocks over the minutes of a run fall
 # on one of them; here the two versions of a cell are timed seconds apart. (Variants of one build
-# need no second plugin: a matrix names flex_flash twice with other options and labels.) Only plugins/kernels/flex_flash differs from the tree: the other
-# files are the tree's. BUILD must be configured (its CMakeCache gives the flags).
+# need no second plugin: a matrix names flex_flash twice, with other options and labels.) Only
+# plugins/kernels/flex_flash differs from the tree: the other files are the tree's. BUILD must be
+# configured (its CMakeCache gives the flags).
 # REV may also be a tar file of those sources, for a machine whose copy of .git lacks the revision
-# (a device's copy can hold an older .git than the tree it runs):
+# (a device machine's copy of the history can be older than the tree it runs):
 #   git archive -o ab-base.tar REV plugins/kernels/flex_flash   (here), then ab_same_run.sh ab-base.tar
 set -euo pipefail
 cd "$(dirname "$0")/../.."

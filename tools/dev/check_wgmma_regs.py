@@ -5,7 +5,7 @@ overwritten by something else before the tile loop's next iteration reads them; 
 operand (P in O += P V) written while its HGMMA may still be reading it; (3) in the overlapped
 forwards at head dim 128, the softmax's exponentials placed above the wait for the P V of the step
 before (ptxas 13.0 hoists that wait to the top of its basic block unless sm90::wait_below ends
-the block: the softmax then waits for the P V instead of running beside it, NOTES v38).
+the block: the softmax then waits for the P V instead of running beside it).
 Usage: check_wgmma_regs.py FILE.sass (cuobjdump -sass of an object). For (1) it runs the code up to
 the loop's back edge, then the loop body once more, remembering which instruction last wrote each
 register; at every S HGMMA the last writer of its A registers must be an LDSM (the load of Q).

@@ -2,8 +2,8 @@
 # flex_flash's SASS from a local build, without a GPU: cuobjdump and nvdisasm from the
 # nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels (pip, unpacked into the git-ignored
 # .tools/cuobjdump once: not under .deps, which device runs carry), then the wgmma register check
-# (check_wgmma_regs.py). The SASS stays in BUILD/flex_flash.sass for diffs (NOTES v18 compared
-# the step loops of two kernels this way). Usage: tools/dev/local_sass.sh [BUILD]  (default build)
+# (check_wgmma_regs.py). The SASS stays in BUILD/flex_flash.sass, to diff
+# the step loops of two builds or kernels. Usage: tools/dev/local_sass.sh [BUILD]  (default build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}

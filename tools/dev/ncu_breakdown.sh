@@ -4,7 +4,7 @@
 # mask's share of full's TFLOP/s as the product of its geometry (useful FLOPs per wgmma), the rate
 # of its main kernel's wgmma instructions against full's (what a computed step costs) and the time
 # outside the main kernel (the backward's delta, zeroing and dQ conversion passes). Clocks are
-# locked under ncu: read ratios, not rates. NOTES v30 made its first table.
+# locked under ncu: read ratios, not rates.
 # Usage: tools/dev/ncu_breakdown.sh OUTDIR [BUILD]   (BUILD default build-gpu, built with lcahost,
 #   lca_flex_flash and lca_builtin; env MASKS, default full and the windows, SEQLENS, default
 #   "16384 65536", NCU_OPTIONS: flex_flash's options as JSON, e.g. '{"backward": "sm90_skip"}')

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Per source line of a kernel: instructions executed and warp-stall samples (with the top stall
 reasons), from Nsight Compute's source page exported as CSV; with a second export, the difference
-per unit of work (a step, an iteration) between two kernels or masks, largest first. NOTES v31 found
-where sliding_window_causal's forward steps spend their extra instructions this way.
+per unit of work (a step, an iteration) between two kernels or masks, largest first: for instance where
+sliding_window_causal's forward steps spend their extra instructions against full's.
 
 Export (on the GPU machine, a build configured with -DCMAKE_CUDA_FLAGS=-lineinfo):
   ncu --section SourceCounters --section WarpStateStats --import-source yes --kernel-name regex:forward_sm90 \\

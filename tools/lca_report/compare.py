@@ -16,7 +16,7 @@ def spread(cell):
     for ten calls or fewer is about their min-max range. Timed by time (repeat_ms), a cell keeps a
     hundred calls or more over the GPU's clock swings: their min-max range says how the calls vary,
     not how far the median does (on an H100 at its power limit it made two runs' band +-5-16% on
-    paper-dense 16K-64K, where two runs of the same kernels differ by -0.3% to +2.5%, NOTES v29). Without the calls
+    paper-dense 16K-64K, where two runs of the same kernels differ by -0.3% to +2.5%). Without the calls
     (older records), half the min-max range."""
     t = cell.get("time_ms") or {}
     median = t.get("median", 0)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-step phases of the persistent Hopper forward, from a probe build (NOTES v26).
+"""Per-step phases of the persistent Hopper forward, from a probe build.
 
 The probe (forward_trace.patch, never committed into the kernel): consumer 0's first thread of every
 block stamps clock64() at each phase of each step into a device buffer, which the launcher writes to

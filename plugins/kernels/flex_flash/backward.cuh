@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kBwdKeys * 2, 1) backward_kernel(const BwdPara
 // sparse mask they are a large part of its time. Each moves 16 bytes an access, D / 8 lanes a
 // (query row, head), and divides in 32 bits (plan() keeps seqlen_q x heads_q below 2^31).
 // (Until v16: one element a thread, three 64-bit divisions each, and a separate memset; the
-// three took ~1.1 ms at 16K beside a 5.1 ms sliding_window main kernel. NOTES v16.)
+// three took ~1.1 ms at 16K beside a 5.1 ms sliding_window main kernel. commit 04d6400.)
 template <int D>
 struct RowLanes {
   static constexpr int kLanes = D / 8;             // 8 elements (16 bytes of T) a lane

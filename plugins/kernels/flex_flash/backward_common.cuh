@@ -106,7 +106,7 @@ __device__ __forceinline__ void add_pair(float* dst, float a, float b) {
 // load each (lse2 and delta 8-byte aligned).
 // kMasked: a partial tile, each value tested against its bit; a full tile (kMasked false: w is
 // not read) skips the masking arithmetic (the bit test alone was 2 instructions a value in full's
-// Hopper backward, ncu; NOTES v31).
+// Hopper backward, ncu; commit bcfed58).
 template <bool kMasked>
 __device__ __forceinline__ void probs_and_ds(float* st, float* dpt, const uint64_t (&w)[2], int t4, float scale_log2,
                                              const float* lse2, const float* delta) {

@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(384, 1)
   // mask, so blocks that start after the first wave would otherwise start at the walk's beginning
   // while the others are anywhere in theirs, and read query tiles that have long left L2 (at 64K,
   // block_sparse's skip kernel ran at 0.79x the kernel without the skip, L2 hit rate 63% against
-  // 91%; NOTES v20). Each block's TMA thread publishes its place, head * query tiles + query tile,
+  // 91%; commit 41b6f94). Each block's TMA thread publishes its place, head * query tiles + query tile,
   // in p.sched.counter[hk] (zeroed a launch); a block reads it once, at its start.
   // kRotate: the same in the kernel without the skip ("backward": "sm90_rotate"; the skip
   // kernel always rotates).
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(384, 1)
   sm90::regs_inc<240>();
   // Keys 64 c .. 64 c + 63 of the tile. In the skip kernel c goes through redux.sync, which ptxas
   // takes as warp-uniform: its descriptors then sit in uniform registers (block_sparse +3-4%); in
-  // the other kernel the same made full and causal ~2% slower (A/B, NOTES v18).
+  // the other kernel the same made full and causal ~2% slower (A/B, commit 118db5f).
   const int c = kSkipIdle ? static_cast<int>(__reduce_min_sync(0xffffffffu, wg - 1)) : wg - 1;
   const int warp = warp_all & 3, g = lane >> 2, t4 = lane & 3;
   const int key0 = 64 * c + 16 * warp;  // this warp's first key in the tile (rows g, g + 8)
@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(384, 1)
     // ^ 4 of the same 128-byte row) while lanes t4 = 0, 1 write block n, so that the 8 lanes of a
     // row pair in a half-warp write 8 different 16-byte units: with block n everywhere two rows'
     // lanes meet in each unit, a 2-way bank conflict on every store (ncu). block_sparse's backward
-    // +2.4-3.3%; in the other kernels the 32 selects it takes cost full's 64K backward 1.3% (NOTES v31).
+    // +2.4-3.3%; in the other kernels the 32 selects it takes cost full's 64K backward 1.3% (commit bcfed58).
     const bool flip = kSkipIdle && t4 >= 2;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -584,7 +584,7 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // Which backward runs on an sm_90 GPU, from the "backward" option (BackwardChoice, options.hpp): "sm90" (the default: this kernel
-// with dQ through TMA reduce-adds, 1.25-1.3x sm90_atomic's rate on an H100, NOTES v9),
+// with dQ through TMA reduce-adds, 1.25-1.3x sm90_atomic's rate on an H100, commit 754bb8c),
 // "sm90_atomic" (this kernel with dQ through fp32 atomics, one key tile a block), "sm90_unpaired"
 // (the default kernel with one key tile a block, for A/B runs), "sm90_paired" (the default kernel
 // with no pair split: the tests' small problems take the two-tile path) or "mma" (the portable
@@ -593,7 +593,7 @@ __global__ void __launch_bounds__(384, 1)
 // no walk either); "sm90_rotate": the kernel without the skip on every mask, its plain walks
 // rotated as the skip kernel's are (kRotate), which the default does only for plain walks of about
 // one length longer than kPlainSkipWalkLimit (default_sm90_rotate_backward: full at 64K and beyond,
-// block_sparse past the skip kernel's limit); on shorter walks it loses (NOTES v24: sliding_window 1-6%,
+// block_sparse past the skip kernel's limit); on shorter walks it loses (commit f57293c: sliding_window 1-6%,
 // global_sliding at 64K-128K 3-4%; its walkers count their iterations, and spill 32 bytes).
 inline bool sm90_backward_available(BackwardChoice v) { return v != BackwardChoice::mma && sm90_device(); }
 

@@ -94,7 +94,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 // One row's visibility word of a partial tile, seen by the thread whose columns in the m16n8 (and
 // wgmma accumulator) layout are 8 n + 2 t4 + b (b = 0, 1): shifted right by 2 t4 once, so that each
 // of its columns is a bit at a constant place, 8 n + b. In the Hopper forward ptxas then tests two
-// values with one R2P (a 64-bit shift by each column's place cost ~3.6 instructions a value; NOTES v31).
+// values with one R2P (a 64-bit shift by each column's place cost ~3.6 instructions a value; commit bcfed58).
 struct ThreadBits {
   uint32_t lo, hi;
   __device__ __forceinline__ ThreadBits(uint64_t word, int t4) {

@@ -169,7 +169,7 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // Ends the basic block here, so that ptxas does not hoist the next wgmma_wait above the code before
 // it: within a block, ptxas 13.0 places a wait as early as it may, which put the P V wait of the
-// overlapped forwards ahead of the softmax it was meant to run beside (NOTES v38). A branch on a
+// overlapped forwards ahead of the softmax it was meant to run beside (commit 4bf0f72). A branch on a
 // value that code computes, never taken with finite inputs, and harmless where it is.
 __device__ __forceinline__ void wait_below(float computed) {
   if (computed > 3.0e38f) __nanosleep(0);

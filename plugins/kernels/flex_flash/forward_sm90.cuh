@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
   // kept from placing that P V's wait above the softmax (sm90::wait_below). At head dim 128 that
   // gained 2-4% (full, causal, documents at 16K-64K; the windows' persistent kernel ±1%); at 64,
   // where the S and the P V are half as long and the two consumers' softmaxes and GEMMs already
-  // take turns, it lost 1-2% (NOTES v38).
+  // take turns, it lost 1-2% (commit 4bf0f72).
   constexpr bool kSoftmaxBesidePv = D == 128;
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];
@@ -519,7 +519,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
   // tile_row of head head, from O and the row statistics given. O goes through this consumer's
   // 64 rows of the Q tile at q_buf, which no one reads once its last S is done (each consumer
   // reads only its own rows of Q), and leaves by one TMA store a 64-column half: a thread's
-  // 4-byte pieces, stored directly, cost ~2 us a tile in partial-sector writes (NOTES v17). The
+  // 4-byte pieces, stored directly, cost ~2 us a tile in partial-sector writes (commit df8026e). The
   // store is committed, not waited for: the consumer's first thread waits (bulk_wait_read) before
   // the buffer is written again or the block ends.
   auto finish = [&](int32_t tile_row, int head, const float (&rmax)[2], const float (&rsum)[2], uint32_t q_buf) {
@@ -583,7 +583,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       if (sub == 0 || cur.valid()) {
         // The skipping kernel also leaves unmasked the tiles its rows see whole (block-sparse
         // masks: every tile it computes). The 128-key kernel keeps the tile's mask, as in v14:
-        // with the half's, its window masks measured 2-5% slower in one A/B (NOTES v15), not
+        // with the half's, its window masks measured 2-5% slower in one A/B (commit 89a1084), not
         // traced to a cause.
         m.m[sub] = kSkip ? cur.mask(c) : cur.mask();
         cur.next();
@@ -615,7 +615,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
     // uniform registers as in sm90_k128's loop: the slot's fields are read through redux.sync, and
     // there is no path back to the loop's start but the next step. With a second back edge (a
     // path for rows that see nothing) the step took 41 more instructions (ncu, full at 16K), the
-    // descriptors of every wgmma computed in vector registers (NOTES v18).
+    // descriptors of every wgmma computed in vector registers (commit 118db5f).
     const bool leader = (threadIdx.x & 127) == 0;
     RingSlot<L::kKStages> kx;
     RingSlot<L::kVStages> vx, vprev;
@@ -861,7 +861,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
 // "sm90_overlap_wg3" (sm90_overlap with three consumers on 192-row tiles, Q in shared memory; at head
 // dim 128 only: plan() builds the 192-row schedule for it; elsewhere the default; v42),
 // "sm90_pingpong" (64 keys, taking turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a
-// time) or "mma" (the portable mma.sync kernel). Measurements in docs/kernels/NOTES.md.
+// time) or "mma" (the portable mma.sync kernel). Measurements in docs/kernels/flex_flash.md.
 
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, int kConsumers = 2>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {

@@ -180,8 +180,8 @@ constexpr float kIdleShareFor64Keys = 0.1f;
 // kPersistentMeanTiles 64-key tiles on average, or none sees more than kPersistentMaxTiles. It
 // saves each row tile its Q load, a lone S and softmax, a lone P V and a block launch (~2.5 us of
 // a sliding_window_causal tile's 18), but its steps run ~2% slower than sm90_k128's on the full
-// mask (ncu: 4% more instructions, NOTES v18). Measured at sustained clocks (H100, A/B in turns
-// after 300 ms of warm-up, NOTES v22), persistent over sm90_k128 at 2K / 4K / 8K (row tiles of at
+// mask (ncu: 4% more instructions, commit 118db5f). Measured at sustained clocks (H100, A/B in turns
+// after 300 ms of warm-up, commit 4cc4df6), persistent over sm90_k128 at 2K / 4K / 8K (row tiles of at
 // most 32 / 64 / 128 tiles): full +5.6 / +2.4 / -0.5%, causal +6.7 / +3.0 / +0.6%,
 // shared_question +8.2 / +3.1 / -1.3%; sliding_window and sliding_window_document (34 tiles at
 // 8K-64K) +0.6 to +7%; full at 16K-64K -1.6 to -2%, global_sliding (row tiles of 256-1024) -1.8 to
@@ -191,7 +191,7 @@ constexpr float kIdleShareFor64Keys = 0.1f;
 constexpr float kPersistentMeanTiles = 24.f;
 constexpr int32_t kPersistentMaxTiles = 64;
 // At head dim 64, where the 128-key kernel is picked, three consumers on 192-row tiles
-// (sm90_k128_wg3) run a cell faster: measured (H100, heads 64:8, NOTES v40) 1.064-1.144x over two
+// (sm90_k128_wg3) run a cell faster: measured (H100, heads 64:8, commit de44f37) 1.064-1.144x over two
 // consumers on 128-row tiles, geomean 1.088 at 16K and 1.114 at 32K-64K (full, causal,
 // causal_document, shared_question, prefix_lm_causal). But a grid of 192-row tiles is a third
 // shorter, and with few heads its last wave can cost more than that: heads 8:1 at 16K on full make
@@ -207,8 +207,8 @@ inline bool wg3_dispatch_faster(const TileSchedule& rows128, const TileSchedule&
 }
 // At head dim 128, where the persistent kernel is picked (short row tiles: the sliding windows),
 // three consumers of 64 rows on 192-row tiles in 64-key steps, each skipping the tiles its rows do
-// not see (sm90_overlap_wg3), run the windows faster: measured (H100 and H200, heads 64:8, NOTES
-// v42) 1.013-1.033x the persistent kernel at 16K and 64K, with their grid's last wave in it. That
+// not see (sm90_overlap_wg3), run the windows faster: measured (H100 and H200, heads 64:8, commit
+// 85b8116) 1.013-1.033x the persistent kernel at 16K and 64K, with their grid's last wave in it. That
 // grid has no persistent blocks, so plan() takes the 192-row tiles only where their simulated
 // dispatch ends within this factor of an even spread of the same cells over the SMs (the persistent
 // kernel's): the lowest gain measured (1.013, sliding_window_causal at 16K) times the simulated
@@ -238,8 +238,8 @@ constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles,
   return Sm90Forward::k128;
 }
 // The default Hopper backward's choice (backward_sm90.cuh): the kernel that skips a consumer's
-// idle iterations runs its busy ones ~7% slower than the kernel without the branch (device calls
-// 1-2 of 2026-11-23's ninth session, full and causal at 16K-32K); it runs where more than this
+// idle iterations runs its busy ones ~7% slower than the kernel without the branch (2026-11-23,
+// full and causal at 16K-32K); it runs where more than this
 // share of the schedule's tile halves are idle (block-sparse masks of 64-token blocks: a third; of
 // the other builtin masks only some at 1K-2K, test_flex_schedule pins which). The threshold is
 // chosen, not timed.
@@ -255,7 +255,7 @@ constexpr float kIdleShareForSkip = 0.1f;
 // timed closer.
 constexpr float kSkipWalkLimit = 4096.f;
 // Plain walks too have a limit, of this many iterations: past block_sparse at 64K the skip kernel
-// falls apart. Measured (H100, NOTES v23), block_sparse backward, skip / no skip, TFLOP/s: 64K
+// falls apart. Measured (H100, commit 29fb46f), block_sparse backward, skip / no skip, TFLOP/s: 64K
 // (6146 iterations) 421 / 338, 80K (7682) 231 / 342, 96K 217 / 343, 112K 209 / 342, 128K 216 /
 // 338; at 256K the skip kernel's L2 hit rate is 34% (92.6% at 64K) and it reads ~59 KB from
 // DRAM an iteration, all of its Q, dO and dQ tiles. Why the rotated start stops keeping the
@@ -268,7 +268,7 @@ constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, b
 // skip: each block starts where the running blocks of its kv head are, as the skip kernel's do.
 // With walks this long, blocks that start their walk from the beginning after the first wave read
 // query tiles that the running ones left long ago; at 64K full's backward read 188 GB from DRAM
-// (L2 hit rate 91%), rotated 21.6 GB (98.8%). Measured (H100, NOTES v24, rotated against not, in
+// (L2 hit rate 91%), rotated 21.6 GB (98.8%). Measured (H100, commit f57293c, rotated against not, in
 // turns): full -0.1 / +0.8 / +6.4% at 32K / 64K / 128K (walks of 4096 / 8192 / 16384 iterations),
 // block_sparse +2.5 / +4.3% at 80K / 128K; shorter walks lose (sliding_window -1 to -6%, its walks
 // of ~150 iterations), the kernel's walkers counting their iterations (32 bytes of spills). The
@@ -277,7 +277,7 @@ constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, b
 // Only alike walks rotate (schedule.hpp, alike_walks). causal_blockwise at 256K / 512K has plain walks
 // this long but of 2 to 1349 / 4452 query tiles, and rotated its backward ran at 0.95x / 0.71x the
 // kernel without it; full_document at 512K (4 to 2298) at 1.025x, which this rule gives up (H100,
-// NOTES v29). Why unlike walks lose is not known.
+// commit cd142dc). Why unlike walks lose is not known.
 constexpr bool default_sm90_rotate_backward(double mean_walk, bool plain_walks, bool alike_walks) {
   return plain_walks && alike_walks && mean_walk > kPlainSkipWalkLimit;
 }
@@ -313,7 +313,7 @@ inline bool dq_first_runs_in(BackwardChoice v, Sm90Backward kernel) {
 // The default order of the Hopper backward's blocks (the "bwd_order" option absent): kv_heads_together's
 // rule, but g = 1 where the walks rotate (the skip kernel's, and long plain walks), starting where
 // their kv head's running blocks are: block_sparse lost 3 / 9% with all kv heads inner at 4K / 8K,
-// where the simulation promised +7 / +2% (H100, NOTES v24).
+// where the simulation promised +7 / +2% (H100, commit f57293c).
 inline int32_t default_kv_heads_together(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t heads_kv,
                                          int32_t group, int32_t slots) {
   if (default_sm90_backward(idle_share(s), mean_tiles(s) * group, plain_walks(items), alike_walks(items)) !=
@@ -349,7 +349,7 @@ inline TileSchedule default_backward_schedule(const lca_mask& mask, double wide_
 // is the longest walk, and plain single tiles, their long walks split, would spread it over the idle
 // SMs. There this gives those (backward_items unpaired, then split_long_walks) where their simulated
 // dispatch is kUnpairGain sooner than the blocks given (`blocks`); else nothing (empty). Measured
-// (H100, heads 64:8, NOTES v33), causal backward, unpaired and split against the default before: 1.73x
+// (H100, heads 64:8, commit 10d4683), causal backward, unpaired and split against the default before: 1.73x
 // at 1K (simulated 2.06x), 1.27x at 2K (1.48x); at 4K, where the simulation gives 1.02x, unpaired
 // lost (0.69x, 0.97x with every walk split in 4): there unpaired blocks lose the order of their reads.
 // The gain is chosen, not tuned.

@@ -468,7 +468,7 @@ std::vector<BwdItem> backward_items(const TileSchedule& s, int32_t heads_kv, int
   }
   // Causal-like: the ranges end (or start) together and have no gaps (global_sliding's ranges all
   // start at the global rows but are windows past them), and their lengths differ. The 90% and
-  // 2x bounds are chosen, not tuned: the builtin masks fall far from them either way (NOTES v13).
+  // 2x bounds are chosen, not tuned: the builtin masks fall far from them either way (commit 88575d6).
   const bool causal_like = seen > 0 && 10 * std::max(at_end, at_start) >= 9 * seen && 10 * contiguous >= 9 * seen &&
                            most > 2 * fewest;
   const bool pair = n >= 2 && (pairing == BwdPairing::kAll || (pairing == BwdPairing::kAuto && causal_like));

@@ -111,7 +111,7 @@ enum class BwdLocal { kOff, kAuto, kOn };
 // reads spread over all of them; there (kAuto) the i-th longest tile shares a block with the i-th
 // shortest, heads inner, the long one walked from the end where the ranges meet and the short one
 // back: every pair is as long and the blocks of a wave walk two fronts of query tiles in step
-// (docs/kernels/NOTES.md v13). Pairs that would leave a last wave part empty are split back into
+// (commit 88575d6). Pairs that would leave a last wave part empty are split back into
 // single tiles, launched after the pairs: of at most a wave's worth (slots / heads_kv pairs), the
 // fewest that bring the simulated dispatch onto `slots` SMs within 1.5% of its best (slots <= 0
 // or kAll: none). Every row tile appears exactly once, empty ones too (their dK and dV are zeros
@@ -127,7 +127,7 @@ enum class BwdLocal { kOff, kAuto, kOn };
 // heads inner (kWalkDown0 | kWalkHeadsInner | kWalkLocal): a document's blocks start together at
 // its last query tile and read every (query tile, head) at the same step. Walks of over
 // kLocalLongWalk x the mean stay plain and go first, longest first (split_long_walks may split
-// them: the question of shared_question). Measured (H100, against longest first, NOTES v25):
+// them: the question of shared_question). Measured (H100, against longest first, commit 0c6ae90):
 // causal_document, prefix_lm_document and shared_question (its question split either way)
 // +43 / +41 / +63% at 128K (mean walks of 25-27 query tiles); with mean walks of ~200 and more,
 // -1.4 to -1.9% at 64K, +3% at 256K, +0.5-1% at 512K: kLocalMeanTiles, chosen between 27 and 188,
@@ -150,7 +150,7 @@ int64_t item_cost(const BwdItem& it, int32_t group);
 // and one long walk beside many short ones ends the backward late whatever the order:
 // shared_question at 128K (seed 42) has a key tile of the question that every query tile sees,
 // 16K iterations, more than the whole backward's work per SM (simulated dispatch 0.52 of the
-// bound; measured 171 TFLOP/s against full's ~500, NOTES v24). global_sliding at 256K-512K: its 16
+// bound; measured 171 TFLOP/s against full's ~500, commit f57293c). global_sliding at 256K-512K: its 16
 // key tiles of global keys walk everything, and one kv head after another leaves the last ones to
 // start late (0.85). A part walks a range of its key tile's query tiles for every head of the
 // group; the parts of a tile add dK and dV into an fp32 accumulator (BwdItem::slot), which a pass
@@ -185,7 +185,7 @@ std::vector<int32_t> place_split_walks(TileSchedule& s, std::vector<BwdItem>& it
 // late: global_sliding's 16 key tiles of global keys walk every query tile, 2052 iterations
 // against the others' 532 at 16K, and the last kv head's start when the GPU has ~700 iterations an
 // SM left (simulated: 0.83 of the work's bound, against 0.97 with g = 8). But a larger g runs the
-// long walks of more kv heads at once, and there heads inner can fall apart (H100, NOTES v24, all
+// long walks of more kv heads at once, and there heads inner can fall apart (H100, commit f57293c, all
 // kv heads inner against g = 1: full 0.58 / 0.53 at 32K / 64K, shared_question 0.63-0.79 at 32K and
 // 64K, block_sparse 0.46-0.54 at 16K-64K; global_sliding at 64K 0.85-1.14 across four runs, and with
 // g = 4 1.06 / 1.12).
@@ -193,7 +193,7 @@ std::vector<int32_t> place_split_walks(TileSchedule& s, std::vector<BwdItem>& it
 // kKvHeadsWalkLimit iterations; taken if the simulated dispatch of the items on `slots` SMs ends at
 // least kKvHeadsGain sooner with it than with g = 1, else g = 1 (slots <= 0, or items in the
 // document-local order, whose blocks of a document run together: 1; with it, shared_question at
-// 128K lost 15% to all kv heads together, NOTES v25). Both chosen from
+// 128K lost 15% to all kv heads together, commit 0c6ae90). Both chosen from
 // those A/Bs, not tuned closer: heads inner sped up the masks simulated 8-16% sooner with walks of
 // up to 4096 iterations (8 x 4096 = 32768 at once) and slowed those simulated 2-3% sooner
 // (sliding_window_document and shared_question at 16K / 64K). The default also keeps the skip
@@ -216,14 +216,14 @@ bool plain_walks(const std::vector<BwdItem>& items);
 // shortest's query tiles. Only such walks rotate (kernels.hpp, default_sm90_rotate_backward): where
 // every key tile walks (nearly) the same query tiles, a block that starts where the running ones
 // are reads what they read. causal_blockwise at 512K (walks of 2 to 4452 query tiles) ran its
-// backward at 0.71x rotated (NOTES v29). Chosen, not tuned: above block_sparse's widest spread
+// backward at 0.71x rotated (commit cd142dc). Chosen, not tuned: above block_sparse's widest spread
 // at 64K-512K (809 / 731 = 1.11 at 64K), far below the unlike masks' (hundreds or more).
 constexpr double kAlikeWalkRatio = 1.25;
 bool alike_walks(const std::vector<BwdItem>& items);
 
 // The dQ accumulator's first writers. The backward adds every block's dQ of a (query tile, query
 // head) into an fp32 accumulator, which prepare_kernel zeroes first: at 16K with 64 heads, 537 MB
-// written at bandwidth, half of that pass and ~4% of sliding_window_causal's backward (NOTES v28,
+// written at bandwidth, half of that pass and ~4% of sliding_window_causal's backward (commit 1498051,
 // v34). Where one block is sure to reach a query tile before the others do, it can store its dQ
 // there instead of adding it, and the tile needs no zeroing: the others wait for its store (a flag a
 // (query tile, head), the call's number: BwdParams::dq_ready) before they add.
@@ -267,7 +267,7 @@ int64_t schedule_row_key(const TileSchedule& s, int64_t row);
 
 // Key-block matching, for the Hopper skip backward. A 128-key tile whose two 64-key halves see
 // different query tiles runs a half-idle iteration on every query tile that only one half sees,
-// and the skip kernel runs such an iteration at ~0.7 of a busy one for half its work (NOTES v30).
+// and the skip kernel runs such an iteration at ~0.7 of a busy one for half its work (commit 03adc3f).
 // On a block-sparse mask of 64-token blocks kept at random, adjacent halves share a quarter of the
 // query tiles and two thirds of the iterations are half-idle; halves that see many of the same
 // query tiles, wherever their keys are, run more iterations busy and fewer in all.
@@ -287,7 +287,7 @@ TileSchedule build_matched_schedule(const TileSchedule& narrow, std::vector<int3
 // of a busy iteration), and the blocks (a key tile and a kv head each) go onto `slots` SMs, so the
 // time is the larger of the whole cost over the slots and the dearest key tile (a short mask's
 // blocks fill at most a wave, and the longest walk is the time). plan() takes the matched schedule
-// where this is at least kMatchGain below the plain one's. Measured (H100, NOTES v33, heads 64:8 at
+// where this is at least kMatchGain below the plain one's. Measured (H100, commit 10d4683, heads 64:8 at
 // 1K-2K), matched against plain: shared_question at 2K 0.83x (its dearest tile 24.5 -> 29.9),
 // causal_document and prefix_lm_document at 1K 0.91x / 0.90x (7.7 -> 8.7, 8.4 -> 9.0), whose summed
 // cost alone fell 2-4%; block_sparse at 16K-64K (the sum's term) 1.02-1.04x (v32).

@@ -372,7 +372,7 @@ TEST(FlexSchedule, TileRowsFollowThePredictedTime) {
 // Blocks of the Hopper backward on a causal mask at 16K, heads 64:8, 132 SMs: key tile k (query
 // tiles 2k .. 255) shares a block with key tile 127 - k, heads inner, the long one walked from the
 // last query tile down and the short one up, so every pair's walk is as long (258 query tiles)
-// and the blocks of a wave walk two fronts of query tiles in step (NOTES v13). The pairs that
+// and the blocks of a wave walk two fronts of query tiles in step (commit 88575d6). The pairs that
 // would leave the last wave part empty are split into single tiles, launched last. Masks whose key
 // tiles see alike query ranges (full, sliding windows, documents) stay unpaired: one tile a block,
 // longest first, first query tile to last, heads outer.
@@ -677,8 +677,8 @@ TEST(FlexSchedule, MatchedKeyBlocksRunFewerHalfIdleIterationsOnBlockSparse) {
 
 // At 1K-2K the skip kernel runs some masks that are not block-sparse (the test above), and a
 // block's walk is the time: 8-16 key tiles x 8 kv heads fill at most one wave of 132 SMs. Matching
-// there lowered the summed cost by 2-4% but lengthened the dearest key tile, and lost (H100, NOTES
-// v33: shared_question at 2K 0.83x, causal_document and prefix_lm_document at 1K 0.90-0.91x,
+// there lowered the summed cost by 2-4% but lengthened the dearest key tile, and lost (H100, commit
+// 10d4683: shared_question at 2K 0.83x, causal_document and prefix_lm_document at 1K 0.90-0.91x,
 // block_sparse at 1K 0.97x); skip_backward_cost takes the dearest tile, so the default matches none
 // of these, and block_sparse again from 4K (above). The same rule looks at the kv heads: block_sparse
 // at 8K is matched with 8 (512 blocks) and not with one (64 blocks, whose dearest tile the match
@@ -782,7 +782,7 @@ TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
 // (causal-like masks), split walks, the document-local order or walks of many lengths, and none of
 // those rotate: causal_blockwise at 256K-512K (2 to 1349 / 4452 query tiles) and full_document at
 // 512K (4 to 2298) have plain walks past the limit, and causal_blockwise's backward ran 0.71x
-// rotated (NOTES v29). The default keeps one kv head after another where walks rotate.
+// rotated (commit cd142dc). The default keeps one kv head after another where walks rotate.
 TEST(FlexSchedule, LongPlainWalksRotateWhereTheyAreAlike) {
   const std::set<std::pair<std::string, int64_t>> rotating = {
       {"full", 65536},          {"full", 131072},         {"full", 262144},        {"full", 524288},

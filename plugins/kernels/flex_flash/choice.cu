@@ -10,8 +10,9 @@ namespace lca_flex_flash {
 
 namespace {
 // Constants, not measured at run time: kernels-16k on an H100 (commit b5d732a), TFLOP/s a cell of
-// the mask at 16K, head_dim 128: the Hopper kernels on 128-row tiles (full mask) against the mma.sync kernels on 64-row tiles (block_sparse, whose 64-token blocks
-// those tiles fit exactly). Re-measure them when either kernel changes much.
+// the mask at 16K, head_dim 128: the Hopper kernels on 128-row tiles (full mask) against the
+// mma.sync kernels on 64-row tiles (block_sparse, whose 64-token blocks those tiles fit exactly).
+// Re-measure them when either kernel changes much.
 // Stale since commit 754bb8c: the Hopper kernels now run full at 609 / 509, so the ratios are
 // 2.96 / 2.60 rather than 2.69 / 1.99. The forward's choice does not move (both are over 2, the
 // most cells a 128-row tile can cost over its 64-row halves); the backward's would, toward

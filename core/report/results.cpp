@@ -94,7 +94,7 @@ void ResultsWriter::write_cell(const CellResult& r) {
   std::string reason = r.reason.empty() ? c.skip : r.reason;
   csv_ << csv_escape(c.row()) << "," << c.device << "," << csv_escape(c.mask.label()) << "," << c.seqlen << ","
        << c.heads.heads_q << "," << c.heads.heads_kv << "," << c.head_dim << "," << c.dtype << ","
-       << c.pass << "," << r.status << "," << r.median_ms << "," << r.min_ms << "," << r.max_ms << ","
+       << c.pass << "," << to_string(r.status) << "," << r.median_ms << "," << r.min_ms << "," << r.max_ms << ","
        << r.tflops << "," << r.area << "," << r.attn_peak_bytes << "," << r.total_peak_bytes << ","
        << max_rel_l2(r) << "," << csv_escape(reason) << "\n"
        << std::flush;
@@ -149,8 +149,8 @@ void TablePrinter::row(size_t index, size_t total, const CellResult& r, double, 
   std::string kernel = c.row().size() > 15 ? c.row().substr(0, 14) + "~" : c.row();
   out_ << "  " << std::left << std::setw(9) << pos.str() << std::setw(16) << kernel << std::setw(26) << mask
        << std::right << std::setw(8) << c.seqlen << std::setw(7) << c.heads.label() << std::setw(5)
-       << c.head_dim << std::setw(6) << c.dtype << std::setw(5) << c.pass << std::setw(8) << r.status;
-  const bool timed = r.status == "ok" || r.status == "FAIL";
+       << c.head_dim << std::setw(6) << c.dtype << std::setw(5) << c.pass << std::setw(8) << to_string(r.status);
+  const bool timed = is_timed(r.status);
   if (timed) {
     // CPU cells run at GFLOP/s: keep three significant digits instead of printing 0.00.
     std::ostringstream tf;

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <iomanip>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -33,8 +34,8 @@ class Tensor {
     if (bytes == 0) return;
     if (be_.allocator()->alloc(be_.allocator()->ctx, bytes, &data_) != LCA_OK || data_ == nullptr) {
       data_ = nullptr;
-      throw std::runtime_error(std::string("E|out of memory allocating ") + what + " (" + std::to_string(bytes) +
-                               " bytes on " + be_.name() + ")");
+      throw CellFailure(CellStatus::out_of_memory, std::string("out of memory allocating ") + what + " (" +
+                                                       std::to_string(bytes) + " bytes on " + be_.name() + ")");
     }
   }
   ~Tensor() {
@@ -234,13 +235,14 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                 CellResult r;
                 r.cell = Cell{srec->name() + "/" + cp.kernel, dev, mspec, S, heads, D, dtype_name, pass, ""};
                 const auto t0 = std::chrono::steady_clock::now();
-                std::string error;
+                std::optional<CellFailure> failure;
                 try {
                   const auto& devices = srec->manifest.cp.devices;
                   if (std::find(devices.begin(), devices.end(), dev) == devices.end())
-                    throw std::runtime_error("X|" + srec->name() + " does not run on " + dev + " (its manifest's devices)");
+                    throw CellFailure(CellStatus::unsupported,
+                                      srec->name() + " does not run on " + dev + " (its manifest's devices)");
                   const int32_t dtype = lca::dtype_from_name(dtype_name);
-                  if (dtype < 0) throw std::runtime_error("ERROR|unknown dtype '" + dtype_name + "'");
+                  if (dtype < 0) throw CellFailure(CellStatus::error, "unknown dtype '" + dtype_name + "'");
                   const size_t es = lca::dtype_size(dtype);
                   const int64_t Hq = heads.heads_q, Hkv = heads.heads_kv;
                   auto gm = masks.generate(mspec, S, spec.seed);
@@ -263,7 +265,10 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                   if (reduce(control, ps == LCA_OK ? 0.0 : 1.0, LCA_REDUCE_MAX) > 0) {
                     const std::string why = ps == LCA_OK ? "another rank refused the plan" : strategy->vtable().last_error();
                     if (plan) strategy->vtable().destroy_plan(strategy->get(), plan, &exec);
-                    throw std::runtime_error((ps == LCA_ERR_UNSUPPORTED ? "X|" : ps == LCA_ERR_OUT_OF_MEMORY ? "E|" : "ERROR|") + why);
+                    throw CellFailure(ps == LCA_ERR_UNSUPPORTED     ? CellStatus::unsupported
+                                      : ps == LCA_ERR_OUT_OF_MEMORY ? CellStatus::out_of_memory
+                                                                    : CellStatus::error,
+                                      why);
                   }
                   struct PlanGuard {
                     CPStrategyInstance& s;
@@ -277,7 +282,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                   for (int p = 0; p < W; ++p) {
                     int64_t count = 0;
                     if (strategy->vtable().dispatch(strategy->get(), plan, p, nullptr, 0, &count) != LCA_OK)
-                      throw std::runtime_error(std::string("ERROR|dispatch: ") + strategy->vtable().last_error());
+                      throw CellFailure(CellStatus::error, std::string("dispatch: ") + strategy->vtable().last_error());
                     ranges[p].resize(static_cast<size_t>(count));
                     strategy->vtable().dispatch(strategy->get(), plan, p, ranges[p].data(), count, &count);
                   }
@@ -290,7 +295,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                     be.reset_peak();
                     const size_t before = be.current_bytes();
                     std::unique_ptr<Tensor> lq, lk, lv, lo, llse, ldo, ldq, ldk, ldv;
-                    std::string alloc_error;
+                    std::optional<CellFailure> alloc_failure;
                     try {
                       lq = std::make_unique<Tensor>(be, n * Hq * D * es, "Q");
                       lk = std::make_unique<Tensor>(be, n * Hkv * D * es, "K");
@@ -303,12 +308,15 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                         ldk = std::make_unique<Tensor>(be, n * Hkv * D * es, "dK");
                         ldv = std::make_unique<Tensor>(be, n * Hkv * D * es, "dV");
                       }
+                    } catch (const CellFailure& f) {
+                      alloc_failure = f;
                     } catch (const std::exception& e) {
-                      alloc_error = e.what();
+                      alloc_failure = CellFailure(CellStatus::error, e.what());
                     }
                     // A rank that cannot hold its shard must not leave the others in a collective.
-                    if (reduce(control, alloc_error.empty() ? 0.0 : 1.0, LCA_REDUCE_MAX) > 0)
-                      throw std::runtime_error(alloc_error.empty() ? "E|another rank ran out of memory" : alloc_error);
+                    if (reduce(control, alloc_failure ? 1.0 : 0.0, LCA_REDUCE_MAX) > 0)
+                      throw alloc_failure ? *alloc_failure
+                                          : CellFailure(CellStatus::out_of_memory, "another rank ran out of memory");
                     fill_rows(be, lq->data(), mine, Hq * D, dtype, seed(1));
                     fill_rows(be, lk->data(), mine, Hkv * D, dtype, seed(2));
                     fill_rows(be, lv->data(), mine, Hkv * D, dtype, seed(3));
@@ -321,7 +329,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                     lca_bwd_args ba{};
                     auto run_fwd = [&] {
                       if (strategy->vtable().forward(strategy->get(), plan, &fa, &exec) != LCA_OK)
-                        throw std::runtime_error(std::string("ERROR|forward: ") + strategy->vtable().last_error());
+                        throw CellFailure(CellStatus::error, std::string("forward: ") + strategy->vtable().last_error());
                     };
                     if (bwd) {
                       fill_rows(be, ldo->data(), mine, Hq * D, dtype, seed(4));
@@ -336,7 +344,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                     auto call = [&] {
                       if (!bwd) return run_fwd();
                       if (strategy->vtable().backward(strategy->get(), plan, &ba, &exec) != LCA_OK)
-                        throw std::runtime_error(std::string("ERROR|backward: ") + strategy->vtable().last_error());
+                        throw CellFailure(CellStatus::error, std::string("backward: ") + strategy->vtable().last_error());
                     };
                     // Warm-up, on while any rank has less than spec.warmup_ms behind it: the
                     // strategies' collectives are inside the calls, so all ranks make each one.
@@ -372,7 +380,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                                   {"compute_ms", min_max(control, median_of(my_kernel))},
                                   {"peak_bytes", min_max(control, my_peak)},
                                   {"tflops", min_max(control, my_median > 0 ? r.flops / W / (my_median * 1e-3) / 1e12 : 0.0)}};
-                    r.status = "ok";
+                    r.status = CellStatus::ok;
                     if (spec.check) {
                       host_o = lo->to_host();
                       host_lse = llse->to_host();
@@ -430,7 +438,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                       copt.backward = bwd;
                       r.check = check_cell(be, *reference, problem, gm->mask(), buf, copt);
                       if (!r.check.passed) {
-                        r.status = "FAIL";
+                        r.status = CellStatus::fail;
                         std::string worst;
                         for (const auto& [name, s] : r.check.errors)
                           worst += name + " rel_l2=" + std::to_string(s.rel_l2) +
@@ -439,20 +447,20 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                       }
                     }
                   }
+                } catch (const CellFailure& f) {
+                  failure = f;
                 } catch (const std::exception& e) {
-                  error = e.what();
+                  failure = CellFailure(CellStatus::error, e.what());
                 }
-                if (!error.empty()) {
-                  const auto bar = error.find('|');
-                  const bool tagged = bar != std::string::npos && bar <= 5;
-                  r.status = tagged ? error.substr(0, bar) : "ERROR";
-                  r.reason = tagged ? error.substr(bar + 1) : error;
+                if (failure) {
+                  r.status = failure->status;
+                  r.reason = failure->what();
                   r.cp_ranks = nullptr;
                 }
                 r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                 if (root) {
                   if (writer) writer->write_cell(r);
-                  ++summary.counts[r.status];
+                  ++summary.counts[to_string(r.status)];
                   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
                   table.row(index, total, r, elapsed, elapsed / index * (total - index));
                   if (!r.cp_ranks.is_null()) print_ranks(out, r.cp_ranks);

@@ -68,7 +68,7 @@ CellResult run_isolated(const std::vector<std::string>& argv_prefix, const Cell&
   r.cell = cell;
   r.seconds = seconds;
   if (timed_out) {
-    r.status = "TIMEOUT";
+    r.status = CellStatus::timeout;
     char buf[96];
     std::snprintf(buf, sizeof buf, "no result within %g s; the cell's process was killed", timeout_s);
     r.reason = buf;
@@ -88,7 +88,7 @@ CellResult run_isolated(const std::vector<std::string>& argv_prefix, const Cell&
       // fall through: a torn line is a crash
     }
   }
-  r.status = "CRASH";
+  r.status = CellStatus::crash;
   if (WIFSIGNALED(status)) {
     r.reason = std::string("the cell's process died of signal ") + std::to_string(WTERMSIG(status)) + " (" +
                strsignal(WTERMSIG(status)) + ")";

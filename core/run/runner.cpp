@@ -15,18 +15,11 @@
 namespace lca::core {
 namespace {
 
-// A failure with the status it maps to.
-struct CellFailure : std::runtime_error {
-  CellFailure(std::string status, const std::string& reason)
-      : std::runtime_error(reason), status(std::move(status)) {}
-  std::string status;
-};
-
-std::string status_for(lca_status s) {
+CellStatus status_for(lca_status s) {
   switch (s) {
-    case LCA_ERR_OUT_OF_MEMORY: return "E";
-    case LCA_ERR_UNSUPPORTED: return "X";
-    default: return "ERROR";
+    case LCA_ERR_OUT_OF_MEMORY: return CellStatus::out_of_memory;
+    case LCA_ERR_UNSUPPORTED: return CellStatus::unsupported;
+    default: return CellStatus::error;
   }
 }
 
@@ -45,7 +38,7 @@ class CellMemory {
   void* alloc(size_t bytes, const char* what) {
     void* p = nullptr;
     if (be_.allocator()->alloc(be_.allocator()->ctx, bytes, &p) != LCA_OK || p == nullptr)
-      throw CellFailure("E", std::string("out of memory allocating ") + what + " (" +
+      throw CellFailure(CellStatus::out_of_memory, std::string("out of memory allocating ") + what + " (" +
                                  std::to_string(bytes) + " bytes)");
     ptrs_.push_back(p);
     return p;
@@ -152,12 +145,12 @@ double attention_flops(int64_t area, int head_dim, int heads_q, bool backward) {
 nlohmann::json CellResult::to_json() const {
   nlohmann::json j = cell.to_json();
   j["type"] = "cell";
-  j["status"] = status;
+  j["status"] = to_string(status);
   if (!reason.empty()) j["reason"] = reason;
-  if (!cell.skip.empty() && status == "X") j["reason"] = cell.skip;
+  if (!cell.skip.empty() && status == CellStatus::unsupported) j["reason"] = cell.skip;
   j["area"] = area;
   j["flops"] = flops;
-  if (status == "ok" || status == "FAIL") {
+  if (is_timed(status)) {
     j["plan_ms"] = plan_ms;
     j["warmup_calls"] = warmup_calls;
     j["time_ms"] = {{"median", median_ms}, {"min", min_ms}, {"max", max_ms}, {"all", times_ms}};
@@ -176,7 +169,7 @@ nlohmann::json CellResult::to_json() const {
 CellResult CellResult::from_json(const nlohmann::json& j) {
   CellResult r;
   r.cell = Cell::from_json(j);
-  r.status = j.value("status", "");
+  r.status = parse_cell_status(j.value("status", ""));
   r.reason = j.value("reason", "");
   r.area = j.value("area", int64_t{0});
   r.flops = j.value("flops", 0.0);
@@ -218,7 +211,7 @@ std::shared_ptr<KernelInstance> Runner::kernel(const std::string& name, const st
   auto& k = kernels_[key];
   if (!k) {
     const auto* rec = registry_.find(name, "kernel");
-    if (rec == nullptr) throw CellFailure("ERROR", "kernel '" + name + "' is not loaded");
+    if (rec == nullptr) throw CellFailure(CellStatus::error, "kernel '" + name + "' is not loaded");
     k = registry_.make_kernel(*rec, config);
   }
   return k;
@@ -260,7 +253,7 @@ CellResult Runner::run_cell(const Cell& cell) {
     r.reason = f.what();
   } catch (const std::exception& e) {
     r.cell = cell;
-    r.status = "ERROR";
+    r.status = CellStatus::error;
     r.reason = e.what();
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -271,13 +264,13 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
   CellResult r;
   r.cell = cell;
   if (!cell.skip.empty()) {
-    r.status = "X";
+    r.status = CellStatus::unsupported;
     r.reason = cell.skip;
     return r;
   }
   auto be_it = backends_.find(cell.device);
   if (be_it == backends_.end() || be_it->second == nullptr)
-    throw CellFailure("X", "no " + cell.device + " device in this run");
+    throw CellFailure(CellStatus::unsupported, "no " + cell.device + " device in this run");
   Backend& be = *be_it->second;
   const bool bwd = cell.pass == "bwd";
 
@@ -285,7 +278,7 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
   try {
     gm = masks_.generate(cell.mask, cell.seqlen, options_.seed);
   } catch (const std::exception& e) {
-    throw CellFailure("ERROR", e.what());
+    throw CellFailure(CellStatus::error, e.what());
   }
   const lca_mask& mask = gm->mask();
   r.area = gm->area();
@@ -346,7 +339,7 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
                         lca_tensor{sizeof(lca_tensor), LCA_DTYPE_F32, buf.lse, {Hq, S, 1}, {S, 1, 1}}};
   lca_bwd_args ba{};
   if (bwd) {
-    if (k->vtable().backward == nullptr) throw CellFailure("X", "no-backward");
+    if (k->vtable().backward == nullptr) throw CellFailure(CellStatus::unsupported, "no-backward");
     // O and LSE come from the kernel's own forward, as in training.
     check_status(k->vtable().forward(k->get(), plan, &fa, &exec), *k, "forward");
     ba = lca_bwd_args{sizeof(lca_bwd_args), fa.q, fa.k, fa.v, fa.o, thd(buf.d_o, dtype, S, Hq, D), fa.lse,
@@ -374,7 +367,7 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
   set_time_stats(r);
   r.tflops = r.median_ms > 0 ? r.flops / (r.median_ms * 1e-3) / 1e12 : 0;
   if (options_.gemm_tflops > 0 && cell.device == "cuda") r.gemm_fraction = r.tflops / options_.gemm_tflops;
-  r.status = "ok";
+  r.status = CellStatus::ok;
 
   if (options_.check) {
     const auto* ref_rec = registry_.reference_kernel(cell.device);
@@ -387,12 +380,12 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
       try {
         r.check = compare_to_reference(be, problem, buf, reference_for(cell, problem, mask, buf, opt), opt);
       } catch (const std::exception& e) {
-        r.status = "ERROR";
+        r.status = CellStatus::error;
         r.reason = std::string("check: ") + e.what();
         return r;
       }
       if (!r.check.passed) {
-        r.status = "FAIL";
+        r.status = CellStatus::fail;
         std::string worst;
         for (const auto& [name, s] : r.check.errors)
           worst += name + " rel_l2=" + std::to_string(s.rel_l2) +

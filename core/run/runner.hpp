@@ -9,6 +9,7 @@
 #include "core/matrix/cells.hpp"
 #include "core/plugin/registry.hpp"
 #include "core/run/backend.hpp"
+#include "core/run/status.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -22,7 +23,7 @@ namespace lca::core {
 
 struct CellResult {
   Cell cell;
-  std::string status;   // ok, X, E, FAIL, ERROR, CRASH, TIMEOUT
+  CellStatus status = CellStatus::error;  // set by whoever ran the cell
   std::string reason;   // why, for every status but ok
   double plan_ms = 0;
   int warmup_calls = 0;  // untimed calls made before the timed ones

@@ -12,8 +12,8 @@
 namespace lca::core {
 
 bool SessionSummary::healthy() const {
-  for (const char* bad : {"FAIL", "ERROR", "CRASH", "TIMEOUT"})
-    if (auto it = counts.find(bad); it != counts.end() && it->second > 0) return false;
+  for (const auto& [name, n] : counts)
+    if (const auto status = cell_status_from_string(name); n > 0 && status && is_failure(*status)) return false;
   return true;
 }
 
@@ -44,9 +44,9 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
     for (size_t i = 0; i < cells.size(); ++i) {
       CellResult r;
       r.cell = cells[i];
-      r.status = cells[i].skip.empty() ? "plan" : "X";
+      r.status = cells[i].skip.empty() ? CellStatus::planned : CellStatus::unsupported;
       table.row(i + 1, cells.size(), r, 0, 0);
-      ++summary.counts[r.status];
+      ++summary.counts[to_string(r.status)];
     }
     return summary;
   }
@@ -86,7 +86,7 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
       ++ran;
     }
     if (writer) writer->write_cell(r);
-    ++summary.counts[r.status];
+    ++summary.counts[to_string(r.status)];
     size_t runnable_left = 0;
     for (size_t j = i + 1; j < cells.size(); ++j) runnable_left += cells[j].skip.empty();
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

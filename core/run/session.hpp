@@ -31,7 +31,7 @@ struct SessionOptions {
 };
 
 struct SessionSummary {
-  std::map<std::string, int> counts;    // status -> cells
+  std::map<std::string, int> counts;    // status, by its record name (to_string) -> cells
   size_t cells = 0;
   size_t resumed = 0;
   bool healthy() const;                 // no FAIL, ERROR, CRASH or TIMEOUT

@@ -6,6 +6,7 @@
 #include "slice_index.hpp"
 
 #include <lca/lca.hpp>
+#include <lca/slice_ranges.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -66,22 +67,10 @@ Shape validate_problem(const lca_problem& p) {
 void validate_mask(const lca_mask& m, const Shape& sh) {
   fail_if(m.struct_size < offsetof(lca_mask, block_sparse), LCA_ERR_INVALID_ARGUMENT,
           "lca_mask.struct_size too small");
-  fail_if(m.seqlen_q != sh.seqlen_q || m.seqlen_k != sh.seqlen_k, LCA_ERR_INVALID_ARGUMENT,
-          "mask is " + std::to_string(m.seqlen_q) + " x " + std::to_string(m.seqlen_k) +
-              " but the problem is " + std::to_string(sh.seqlen_q) + " x " +
-              std::to_string(sh.seqlen_k));
-  fail_if(m.num_slices < 0 || (m.num_slices > 0 && m.slices == nullptr), LCA_ERR_INVALID_ARGUMENT,
-          "mask has a negative slice count or null slices");
-  for (int64_t i = 0; i < m.num_slices; ++i) {
-    const lca_slice& s = m.slices[i];
-    const std::string which = "slice " + std::to_string(i) + " [" + std::to_string(s.q_begin) +
-                              "," + std::to_string(s.q_end) + ") x [" + std::to_string(s.k_begin) +
-                              "," + std::to_string(s.k_end) + ")";
-    fail_if(s.q_begin < 0 || s.q_end < s.q_begin || s.q_end > sh.seqlen_q || s.k_begin < 0 ||
-                s.k_end < s.k_begin || s.k_end > sh.seqlen_k,
-            LCA_ERR_INVALID_ARGUMENT, which + " lies outside the mask");
-    fail_if(s.type < LCA_SLICE_FULL || s.type > LCA_SLICE_BI_CAUSAL, LCA_ERR_INVALID_ARGUMENT,
-            which + " has unknown type " + std::to_string(s.type));
+  try {
+    lca::validate_mask(m, sh.seqlen_q, sh.seqlen_k);
+  } catch (const Error& e) {
+    fail_if(true, e.status(), e.what());
   }
 }
 

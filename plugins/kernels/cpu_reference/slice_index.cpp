@@ -81,19 +81,4 @@ SliceIndex::SliceIndex(const lca_mask& mask)
             field(slices_, [](auto& s) { return s.k_end; }),
             field(slices_, [](auto& s) { return s.q_begin; })) {}
 
-void slice_col_range(const lca_slice& s, int64_t k, int64_t* first, int64_t* last) {
-  *first = s.q_begin;
-  *last = s.q_begin;
-  if (k < s.k_begin || k >= s.k_end) return;
-  const int64_t j = k - s.k_begin;
-  const int64_t shift = (s.k_end - s.k_begin) - (s.q_end - s.q_begin);
-  int64_t lo = 0, hi = s.q_end - s.q_begin;  // local rows [lo, hi)
-  // CAUSAL: j <= i + shift  <=>  i >= j - shift.   INV_CAUSAL: j >= i  <=>  i <= j.
-  if (s.type == LCA_SLICE_CAUSAL || s.type == LCA_SLICE_BI_CAUSAL) lo = std::max(lo, j - shift);
-  if (s.type == LCA_SLICE_INV_CAUSAL || s.type == LCA_SLICE_BI_CAUSAL) hi = std::min(hi, j + 1);
-  if (hi < lo) hi = lo;
-  *first = s.q_begin + lo;
-  *last = s.q_begin + hi;
-}
-
 }  // namespace lca::cpu_reference

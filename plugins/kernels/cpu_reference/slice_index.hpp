@@ -48,8 +48,4 @@ class SliceIndex {
   AxisIndex rows_, cols_;
 };
 
-// Query rows [*first, *last) that see key k inside slice s; the column twin of
-// lca::slice_row_range (same predicate as lca::slice_contains).
-void slice_col_range(const lca_slice& s, int64_t k, int64_t* first, int64_t* last);
-
 }  // namespace lca::cpu_reference

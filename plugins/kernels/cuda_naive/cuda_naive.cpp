@@ -1,11 +1,11 @@
 // cuda_naive: the paper's "Naive" row. Per query head it materialises the full fp32 score
 // matrix (seqlen_q x seqlen_k) and the probabilities in the input dtype, through the host's
 // allocator, so memory grows as S^2 and an allocator refusal is an E cell, not a crash.
-#include "../cuda_reference/slice_lists.hpp"  // host-only CSR of slice ranges (shared helper)
 #include "cuda_check.hpp"
 #include "naive_kernels.hpp"
 
 #include <lca/kernel.hpp>
+#include <lca/slice_ranges.hpp>
 #include <lca/types.hpp>
 
 #include <cublas_v2.h>
@@ -18,8 +18,8 @@ namespace lca_cuda_naive {
 namespace {
 
 using lca::require;
-using lca_cuda_reference::build_range_lists;
-using lca_cuda_reference::validate_mask;
+using lca::build_range_lists;
+using lca::validate_mask;
 
 constexpr size_t kCublasWorkspace = size_t{32} << 20;
 

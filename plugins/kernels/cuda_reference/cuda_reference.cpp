@@ -2,9 +2,9 @@
 // no tensor cores, O(S) extra memory), any slice mask, GQA, any lca_tensor strides, fwd + bwd.
 #include "cuda_check.hpp"
 #include "reference_kernels.hpp"
-#include "slice_lists.hpp"
 
 #include <lca/kernel.hpp>
+#include <lca/slice_ranges.hpp>
 #include <lca/types.hpp>
 
 #include <cuda_runtime_api.h>
@@ -76,11 +76,11 @@ class CudaReference final : public lca::IKernel {
     require(pr.head_dim > 0 && pr.head_dim <= kMaxHeadDim, LCA_ERR_UNSUPPORTED,
             "cuda_reference: head_dim " + std::to_string(pr.head_dim) + " (1..256)");
     require(pr.seqlen_q >= 0 && pr.seqlen_k >= 0, LCA_ERR_INVALID_ARGUMENT, "negative sequence length");
-    validate_mask(mask, pr.seqlen_q, pr.seqlen_k);
+    lca::validate_mask(mask, pr.seqlen_q, pr.seqlen_k);
     auto plan = std::make_unique<ReferencePlan>();
     plan->problem = pr;
-    const RangeLists rows = build_range_lists(mask, /*by_query=*/true);
-    const RangeLists cols = build_range_lists(mask, /*by_query=*/false);
+    const lca::RangeLists rows = lca::build_range_lists(mask, /*by_query=*/true);
+    const lca::RangeLists cols = lca::build_range_lists(mask, /*by_query=*/false);
     plan->row_offsets = upload(rows.offsets, exec, "row offsets");
     plan->row_ranges = upload(rows.ranges, exec, "row ranges");
     plan->col_offsets = upload(cols.offsets, exec, "column offsets");

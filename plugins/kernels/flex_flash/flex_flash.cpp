@@ -1,13 +1,13 @@
 // flex_flash: our flash-attention kernel for any slice mask. plan() turns the slices into tile
 // schedules (query tiles for the forward, key tiles for the backward) with exact bitmasks for
 // partial tiles and uploads them; forward/backward only launch.
-#include "../cuda_reference/slice_lists.hpp"  // validate_mask (shared helper)
 #include "cuda_check.hpp"
 #include "kernels.hpp"
 #include "options.hpp"
 #include "schedule.hpp"
 
 #include <lca/kernel.hpp>
+#include <lca/slice_ranges.hpp>
 #include <lca/types.hpp>
 
 #include <cuda_runtime_api.h>
@@ -177,7 +177,7 @@ class FlexFlash final : public lca::IKernel {
     require(pr.seqlen_q > 0 && pr.seqlen_k > 0, LCA_ERR_INVALID_ARGUMENT, "sequence lengths must be positive");
     require(pr.seqlen_q < (int64_t{1} << 31) / pr.heads_q, LCA_ERR_UNSUPPORTED,
             "flex_flash: seqlen_q x heads_q must stay below 2^31");
-    lca_cuda_reference::validate_mask(mask, pr.seqlen_q, pr.seqlen_k);
+    lca::validate_mask(mask, pr.seqlen_q, pr.seqlen_k);
     auto plan = std::make_unique<FlexPlan>();
     plan->problem = pr;
     plan->options = options_;

@@ -6,8 +6,7 @@
 // distinct bitmasks), never O(tiles^2).
 #include "schedule.hpp"
 
-#include "../cuda_reference/slice_lists.hpp"
-
+#include <lca/error.hpp>
 #include <lca/types.hpp>
 
 #include <algorithm>
@@ -32,7 +31,7 @@ Span row_span(const lca_slice& s, bool by_query) {
 Span col_range(const lca_slice& s, int64_t row, bool by_query) {
   Span r{};
   if (by_query) lca::slice_row_range(s, row, &r.begin, &r.end);
-  else lca_cuda_reference::slice_col_range(s, row, &r.begin, &r.end);
+  else lca::slice_col_range(s, row, &r.begin, &r.end);
   return r;
 }
 

@@ -1,5 +1,5 @@
-// Everything a plugin author includes: the C ABI, errors, value helpers and the three
-// interfaces with their export macros.
+// Everything a plugin author includes: the C ABI, errors, value helpers, a mask's ranges and the
+// three interfaces with their export macros.
 // Rule: plugins include only sdk headers, never anything from core/.
 #pragma once
 
@@ -8,4 +8,5 @@
 #include <lca/error.hpp>
 #include <lca/kernel.hpp>
 #include <lca/mask_provider.hpp>
+#include <lca/slice_ranges.hpp>
 #include <lca/types.hpp>

@@ -1,7 +1,7 @@
 // Small value helpers shared by host and plugins: dtype sizes and names, fp16/bf16 <-> fp32 on
-// the host, tensor views over THD buffers, slice predicates.
+// the host, tensor views over THD buffers, slice predicates and each row's or column's range.
 // Rule: the predicate in slice_contains() is THE definition of the slice types; keep it in
-// sync with the comment in abi.h.
+// sync with the comment in abi.h, and slice_row_range / slice_col_range in step with it.
 #pragma once
 
 #include <lca/abi.h>
@@ -174,6 +174,23 @@ inline void slice_row_range(const lca_slice& s, int64_t q, int64_t* first, int64
   if (hi < lo) hi = lo;
   *first = s.k_begin + lo;
   *last = s.k_begin + std::max<int64_t>(hi, lo);
+}
+
+// Queries [first, last) that see key k inside slice s; first >= last when none. The column twin
+// of slice_row_range: q in [first, last) exactly when slice_contains(s, q, k).
+inline void slice_col_range(const lca_slice& s, int64_t k, int64_t* first, int64_t* last) {
+  *first = s.q_begin;
+  *last = s.q_begin;
+  if (k < s.k_begin || k >= s.k_end) return;
+  const int64_t j = k - s.k_begin;
+  const int64_t shift = (s.k_end - s.k_begin) - (s.q_end - s.q_begin);
+  int64_t lo = 0, hi = s.q_end - s.q_begin;  // local rows [lo, hi)
+  // CAUSAL: j <= i + shift  <=>  i >= j - shift.   INV_CAUSAL: j >= i  <=>  i <= j.
+  if (s.type == LCA_SLICE_CAUSAL || s.type == LCA_SLICE_BI_CAUSAL) lo = std::max(lo, j - shift);
+  if (s.type == LCA_SLICE_INV_CAUSAL || s.type == LCA_SLICE_BI_CAUSAL) hi = std::min(hi, j + 1);
+  if (hi < lo) hi = lo;
+  *first = s.q_begin + lo;
+  *last = s.q_begin + hi;
 }
 
 // Number of (q, k) cells slice s covers, in closed form.

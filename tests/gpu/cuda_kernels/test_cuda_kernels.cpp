@@ -3,7 +3,7 @@
 // odd lengths, GQA 1/2/3/4/8, head dims 64/128 (and 96, 256), bf16 / f16 (/ f32), fwd and bwd.
 #include "harness.hpp"
 
-#include "plugins/kernels/cuda_reference/slice_lists.hpp"
+#include <lca/slice_ranges.hpp>
 
 #include <gtest/gtest.h>
 
@@ -99,7 +99,7 @@ TEST(SliceLists, ColumnRangesMatchSliceContains) {
       const lca_slice s = slice(3, 3 + lq, 2, 2 + lk, static_cast<lca_slice_type>(type));
       for (int64_t k = 0; k < 20; ++k) {
         int64_t a, b;
-        lca_cuda_reference::slice_col_range(s, k, &a, &b);
+        lca::slice_col_range(s, k, &a, &b);
         for (int64_t q = 0; q < 20; ++q)
           EXPECT_EQ(q >= a && q < b, lca::slice_contains(s, q, k))
               << slice_type_name(type) << " lq " << lq << " lk " << lk << " q " << q << " k " << k;
@@ -113,7 +113,7 @@ TEST(SliceLists, RowListsCoverExactlyTheMask) {
   for (const auto& sl : {mask_inv_bi(s, s), mask_with_empty_rows(s), mask_sliding_window(s, 32)}) {
     lca_mask m{sizeof(lca_mask), s, s, int64_t(sl.size()), sl.data(), nullptr, 0, nullptr};
     for (bool by_query : {true, false}) {
-      const auto lists = lca_cuda_reference::build_range_lists(m, by_query);
+      const auto lists = lca::build_range_lists(m, by_query);
       for (int64_t r = 0; r < s; ++r) {
         std::vector<char> seen(s, 0);
         for (int64_t e = lists.offsets[r]; e < lists.offsets[r + 1]; ++e)

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <lca/abi.h>
+#include <lca/types.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -27,15 +28,8 @@ struct TestMask {
   }
   // Ground truth: does query q see key k?
   bool sees(int64_t q, int64_t k) const {
-    for (const auto& s : slices) {
-      if (q < s.q_begin || q >= s.q_end || k < s.k_begin || k >= s.k_end) continue;
-      const int64_t i = q - s.q_begin, j = k - s.k_begin;
-      const int64_t shift = (s.k_end - s.k_begin) - (s.q_end - s.q_begin);
-      const bool covered = s.type == LCA_SLICE_FULL || (s.type == LCA_SLICE_CAUSAL && j <= i + shift) ||
-                           (s.type == LCA_SLICE_INV_CAUSAL && j >= i) ||
-                           (s.type == LCA_SLICE_BI_CAUSAL && j >= i && j <= i + shift);
-      if (covered) return true;  // slices never overlap, but rectangles may
-    }
+    for (const auto& s : slices)
+      if (lca::slice_contains(s, q, k)) return true;  // slices never overlap, but rectangles may
     return false;
   }
 };

@@ -227,14 +227,14 @@ TEST_F(Session, TheReferenceRunsOncePerProblemAndPass) {
   // fails without spoiling what the next one is compared with, and a new problem runs it again.
   core::Runner runner(*registry_, *masks_, {{"cpu", backend_.get()}}, core::RunnerOptions{});
   core::Cell cell{"fx_good", "cpu", core::MaskSpec::parse("causal"), 48, {4, 2}, 16, "f32", "fwd", ""};
-  EXPECT_EQ(runner.run_cell(cell).status, "ok");
+  EXPECT_EQ(runner.run_cell(cell).status, core::CellStatus::ok);
   cell.kernel = "fx_wrong";
   const auto wrong = runner.run_cell(cell);
-  EXPECT_EQ(wrong.status, "FAIL");
+  EXPECT_EQ(wrong.status, core::CellStatus::fail);
   EXPECT_GT(wrong.check.errors.at("o").rel_l2, wrong.check.tolerance);
   cell.kernel = "cpu_reference";
   const auto same = runner.run_cell(cell);
-  EXPECT_EQ(same.status, "ok");
+  EXPECT_EQ(same.status, core::CellStatus::ok);
   EXPECT_LT(same.check.errors.at("o").rel_l2, 1e-6) << "the reference against its kept outputs";
   EXPECT_EQ(runner.reference_runs(), 1);
 
@@ -242,15 +242,15 @@ TEST_F(Session, TheReferenceRunsOncePerProblemAndPass) {
   for (const char* k : {"fx_good", "cpu_reference"}) {
     cell.kernel = k;
     const auto r = runner.run_cell(cell);
-    EXPECT_EQ(r.status, "ok") << k << ": " << r.reason;
+    EXPECT_EQ(r.status, core::CellStatus::ok) << k << ": " << r.reason;
     EXPECT_TRUE(r.check.errors.count("dk")) << k;
   }
   EXPECT_EQ(runner.reference_runs(), 2) << "one backward reference for both kernels";
 
   cell.seqlen = 40;  // another problem
-  EXPECT_EQ(runner.run_cell(cell).status, "ok");
+  EXPECT_EQ(runner.run_cell(cell).status, core::CellStatus::ok);
   cell.mask = core::MaskSpec::parse("full");
-  EXPECT_EQ(runner.run_cell(cell).status, "ok");
+  EXPECT_EQ(runner.run_cell(cell).status, core::CellStatus::ok);
   EXPECT_EQ(runner.reference_runs(), 4);
   EXPECT_EQ(backend_->current_bytes(), 0u);
 }
@@ -268,12 +268,12 @@ TEST_F(Session, HostOutOfMemoryIsE) {
   cell.dtype = "f32";
   cell.pass = "fwd";
   const auto r = runner.run_cell(cell);
-  EXPECT_EQ(r.status, "E");
+  EXPECT_EQ(r.status, core::CellStatus::out_of_memory);
   EXPECT_NE(r.reason.find("out of memory allocating"), std::string::npos) << r.reason;
   EXPECT_EQ(tiny->current_bytes(), 0u);
 
   cell.device = "cuda";  // no backend for it in this run
-  EXPECT_EQ(runner.run_cell(cell).status, "X");
+  EXPECT_EQ(runner.run_cell(cell).status, core::CellStatus::unsupported);
 }
 
 TEST_F(Session, UncheckedWithoutAReference) {
@@ -284,7 +284,7 @@ TEST_F(Session, UncheckedWithoutAReference) {
   core::Runner runner(reg, masks, {{"cpu", backend_.get()}}, core::RunnerOptions{});
   core::Cell cell{"fx_good", "cpu", core::MaskSpec::parse("causal"), 32, {1, 1}, 16, "f32", "fwd", ""};
   const auto r = runner.run_cell(cell);
-  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.status, core::CellStatus::ok);
   EXPECT_FALSE(r.check.ran);
   EXPECT_NE(r.reason.find("unchecked"), std::string::npos) << r.reason;
 }
@@ -319,7 +319,7 @@ TEST(MedianOf, MiddleOrMeanOfTheTwoMiddlesAndTheCellsStats) {
 TEST(ResultsFile, CellRecordsRoundTrip) {
   core::CellResult r;
   r.cell = core::Cell{"k", "cpu", core::MaskSpec::parse("sliding_window:window=8"), 128, {4, 2}, 64, "bf16", "bwd", ""};
-  r.status = "ok";
+  r.status = core::CellStatus::ok;
   r.times_ms = {1.0, 2.0, 3.0};
   r.median_ms = 2.0;
   r.min_ms = 1.0;
@@ -336,7 +336,7 @@ TEST(ResultsFile, CellRecordsRoundTrip) {
   r.plan_info = {{"compile_ms", 12.5}};
   const auto back = core::CellResult::from_json(r.to_json());
   EXPECT_EQ(back.cell.key(), r.cell.key());
-  EXPECT_EQ(back.status, "ok");
+  EXPECT_EQ(back.status, core::CellStatus::ok);
   EXPECT_EQ(back.times_ms, r.times_ms);
   EXPECT_DOUBLE_EQ(back.median_ms, 2.0);
   EXPECT_EQ(back.area, 1234);

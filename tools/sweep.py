@@ -67,7 +67,7 @@ def kernel_list(text):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(prog="sweep.py", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="sweep.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="draw a sweep and write its matrix specs, plan.json and run.sh")

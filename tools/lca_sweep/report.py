@@ -126,6 +126,11 @@ def fmt(x):
     return "-" if x is None else f"{x:.2f}"
 
 
+def tf(x):
+    """TFLOP/s: one decimal on a GPU's hundreds, three digits on a CPU's fractions."""
+    return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
+
+
 def text_lines(rows, problems, subject):
     out = [f"{subject} in a sweep; targets: own full >= {OWN_TARGET['fwd']:.2f} fwd / {OWN_TARGET['bwd']:.2f} bwd "
            f"(sliding windows {WINDOW_OWN_TARGET['fwd']:.2f} / {WINDOW_OWN_TARGET['bwd']:.2f}), "
@@ -148,16 +153,16 @@ def text_lines(rows, problems, subject):
             head += f"; {DENSE_PEER} {fmt(dense and dense['ratio'])} (>= {r['dense_target']:.2f}) {r['dense_verdict']}"
         out.append(head)
         if own:
-            out.append(f"    own:  {describe_cell(own['cell'])}: {own['cell']['tflops']:.1f} of full "
-                       f"{own['full']['tflops']:.1f} TFLOP/s")
+            out.append(f"    own:  {describe_cell(own['cell'])}: {tf(own['cell']['tflops'])} of full "
+                       f"{tf(own['full']['tflops'])} TFLOP/s")
             out.append(f"          plan_info: {plan_info_text(own['cell'])}")
         if peer:
-            rest = ", ".join(f"{name_of(o)} {o['tflops']:.1f}" for o in sorted(peer["others"], key=lambda o: -o["tflops"]))
-            out.append(f"    peer: {describe_cell(peer['cell'])}: {peer['cell']['tflops']:.1f} TFLOP/s vs {rest}")
+            rest = ", ".join(f"{name_of(o)} {tf(o['tflops'])}" for o in sorted(peer["others"], key=lambda o: -o["tflops"]))
+            out.append(f"    peer: {describe_cell(peer['cell'])}: {tf(peer['cell']['tflops'])} TFLOP/s vs {rest}")
             out.append(f"          plan_info: {plan_info_text(peer['cell'])}")
         if r["dense"] and r["dense"]["cell"] is not (peer or {}).get("cell"):
             d = r["dense"]
-            out.append(f"    {DENSE_PEER}: {describe_cell(d['cell'])}: {d['cell']['tflops']:.1f} vs {d['best']['tflops']:.1f} TFLOP/s")
+            out.append(f"    {DENSE_PEER}: {describe_cell(d['cell'])}: {tf(d['cell']['tflops'])} vs {tf(d['best']['tflops'])} TFLOP/s")
             out.append(f"          plan_info: {plan_info_text(d['cell'])}")
     out += ["", f"Cells that failed or errored: {len(problems)}"]
     for c in problems:

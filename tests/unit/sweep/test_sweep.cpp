@@ -1,0 +1,261 @@
+// tools/sweep.py, the cliff finder, as a user runs it (python3 in a subprocess): plan writes the
+// same files for the same seed and other files for another; its draw covers what the sweep
+// promises (every head shape, lengths off the 64 grid, all 14 masks); every drawn mask is
+// accepted by the builtin provider and every spec loads as a matrix; report's ratios, worst
+// cells, plan_info and PASS / MISS on a hand-made results file, and its exit statuses.
+#include "fixture_folder.hpp"
+#include "subprocess.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace lca::test {
+namespace {
+
+using nlohmann::json;
+
+#define EXPECT_HAS(text, fragment) EXPECT_NE((text).find(fragment), std::string::npos) << (text)
+#define EXPECT_LACKS(text, fragment) EXPECT_EQ((text).find(fragment), std::string::npos) << (text)
+
+const std::vector<std::string> kMasks = {
+    "full", "causal", "full_document", "causal_document", "sliding_window", "sliding_window_causal",
+    "sliding_window_document", "shared_question", "causal_blockwise", "prefix_lm_causal", "prefix_lm_document",
+    "global_sliding", "block_causal_document", "block_sparse"};
+
+bool have_python() {
+  static const bool found = run_process({"/usr/bin/env", "python3", "--version"}).exit_code == 0;
+  return found;
+}
+
+#define SKIP_WITHOUT_PYTHON() \
+  if (!have_python()) GTEST_SKIP() << "no python3 on PATH (tools/sweep.py needs one)"
+
+ProcessResult sweep(std::vector<std::string> args) {
+  std::vector<std::string> argv = {"/usr/bin/env", "python3", (source_dir() / "tools" / "sweep.py").string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv, 120);
+}
+
+// Every file of a folder, by name.
+std::map<std::string, std::string> files_of(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out[e.path().filename().string()] = read_text(e.path());
+  return out;
+}
+
+std::string line_with(const std::string& text, const std::string& fragment) {
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (l.find(fragment) != std::string::npos) return l;
+  return "";
+}
+
+class SweepPlan : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_python()) return;
+    const auto r = sweep({"plan", "--seed", "7", "--out", (dir_ / "a").string()});
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    plan_ = json::parse(read_text(dir_ / "a" / "plan.json"));
+  }
+  TempDir dir_{"lca_sweep"};
+  json plan_;
+};
+
+TEST_F(SweepPlan, SameSeedWritesTheSameFilesAndAnotherSeedOthers) {
+  SKIP_WITHOUT_PYTHON();
+  auto r = sweep({"plan", "--seed", "7", "--out", (dir_ / "b").string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const auto a = files_of(dir_ / "a"), b = files_of(dir_ / "b");
+  EXPECT_EQ(a.size(), 8u);  // g00..g05.json, plan.json, run.sh
+  for (const char* name : {"g00.json", "g05.json", "plan.json", "run.sh"}) EXPECT_TRUE(a.count(name)) << name;
+  EXPECT_EQ(a, b);
+
+  r = sweep({"plan", "--seed", "8", "--out", (dir_ / "c").string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const auto c = files_of(dir_ / "c");
+  EXPECT_NE(a.at("plan.json"), c.at("plan.json"));
+  EXPECT_NE(a.at("g00.json"), c.at("g00.json"));
+}
+
+TEST_F(SweepPlan, DrawCoversShapesOddLengthsAndEveryMask) {
+  SKIP_WITHOUT_PYTHON();
+  ASSERT_EQ(plan_["groups"].size(), 6u);
+  std::set<std::string> shapes;
+  bool off_grid = false, uniform = false;
+  for (const auto& g : plan_["groups"]) {
+    const int64_t n = g["seqlen"];
+    EXPECT_GE(n, 4096);
+    EXPECT_LE(n, 131072);
+    off_grid |= n % 64 != 0;
+    shapes.insert(g["heads"].get<std::string>() + " d" + std::to_string(g["head_dim"].get<int>()));
+
+    const json spec = json::parse(read_text(dir_ / "a" / g["file"].get<std::string>()));
+    EXPECT_EQ(spec["seqlens"], json::array({n}));
+    EXPECT_EQ(spec["kernels"], json::array({"flex_flash", "cudnn_sdpa"}));
+    EXPECT_EQ(spec["passes"], json::array({"fwd", "bwd"}));
+    EXPECT_EQ(spec["warmup_ms"], 300.0);
+    EXPECT_EQ(spec["repeat_ms"], 300.0);
+    EXPECT_EQ(spec["check"].get<bool>(), n <= 32768) << n;
+    ASSERT_EQ(spec["masks"].size(), kMasks.size());
+    for (size_t i = 0; i < kMasks.size(); ++i) {
+      const std::string text = spec["masks"][i];
+      EXPECT_EQ(text.substr(0, text.find(':')), kMasks[i]);
+      EXPECT_EQ(text, g["masks"][i]["spec"].get<std::string>());
+      uniform |= text.find("dist=uniform:") != std::string::npos;
+    }
+    EXPECT_EQ(spec["masks"][0], "full");  // the reference of every share of own full
+  }
+  EXPECT_TRUE(off_grid) << plan_.dump(1);
+  EXPECT_TRUE(uniform) << plan_.dump(1);
+  EXPECT_EQ(shapes, (std::set<std::string>{"64:8 d64", "64:8 d128", "32:32 d64", "32:32 d128", "8:1 d64", "8:1 d128"}));
+  EXPECT_GT(plan_["estimate_s"].get<double>(), 0);
+  EXPECT_EQ(plan_["run_order"].size(), 6u);
+}
+
+// The builtin provider is the judge of a parameter: each drawn mask is generated at its length.
+TEST_F(SweepPlan, EveryDrawnMaskIsAcceptedByTheBuiltinProvider) {
+  SKIP_WITHOUT_PYTHON();
+  // The check can fail: a window past the length is refused.
+  auto bad = run_lcahost(main_plugin_dir(), {"masks", "--show", "sliding_window", "--seqlen", "5000",
+                                              "--param", "window=5001"});
+  EXPECT_NE(bad.exit_code, 0) << describe(bad);
+  EXPECT_HAS(bad.err + bad.out, "out of range");
+
+  for (const auto& g : plan_["groups"]) {
+    const std::string seqlen = std::to_string(g["seqlen"].get<int64_t>());
+    for (const auto& m : g["masks"]) {
+      std::vector<std::string> args = {"masks", "--show", m["mask"], "--seqlen", seqlen, "--width", "16"};
+      for (const auto& [k, v] : m["params"].items())
+        args.insert(args.end(), {"--param", k + "=" + (v.is_string() ? v.get<std::string>() : v.dump())});
+      const auto r = run_lcahost(main_plugin_dir(), args);
+      EXPECT_EQ(r.exit_code, 0) << m["spec"] << " at " << seqlen << ": " << describe(r);
+      EXPECT_HAS(r.out, "area ");
+    }
+  }
+}
+
+// Each spec loads as a matrix (fields, mask specs, lengths); the CPU tree has none of the GPU
+// kernels, so the reference stands in for them.
+TEST_F(SweepPlan, EverySpecLoadsAsAMatrix) {
+  SKIP_WITHOUT_PYTHON();
+  for (const auto& g : plan_["groups"]) {
+    const auto spec = (dir_ / "a" / g["file"].get<std::string>()).string();
+    const auto r = run_lcahost(main_plugin_dir(), {"--matrix", spec, "--kernels", "cpu_reference", "--dry-run"});
+    EXPECT_EQ(r.exit_code, 0) << spec << ": " << describe(r);
+    EXPECT_HAS(r.out, ": 28 cells");  // 14 masks x fwd, bwd
+  }
+}
+
+TEST(SweepPlanOptions, BadOptionsSayWhy) {
+  SKIP_WITHOUT_PYTHON();
+  TempDir dir("lca_sweep");
+  auto r = sweep({"plan", "--seed", "1", "--min-len", "9000", "--max-len", "8000", "--out", dir.path().string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "--min-len 9000 is above --max-len 8000");
+  r = sweep({"plan", "--seed", "1", "--kernels", "cudnn_sdpa", "--out", dir.path().string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "must hold flex_flash");
+}
+
+json cell(const std::string& kernel, const std::string& mask_label, int seqlen, const std::string& pass,
+          double tflops, const std::string& status = "ok") {
+  const auto colon = mask_label.find(':');
+  return {{"type", "cell"}, {"kernel", kernel}, {"device", "cuda"}, {"mask", mask_label.substr(0, colon)},
+          {"mask_label", mask_label}, {"mask_params", json::object()}, {"seqlen", seqlen}, {"heads_q", 64},
+          {"heads_kv", 8}, {"head_dim", 128}, {"dtype", "bf16"}, {"pass", pass}, {"status", status},
+          {"tflops", tflops}, {"time_ms", {{"median", 1.0}}}};
+}
+
+void write_results(const fs::path& file, const std::vector<json>& cells) {
+  std::string text = json{{"type", "run"}, {"matrix", {{"name", "sweep-test"}}}}.dump() + "\n";
+  for (const auto& c : cells) text += c.dump() + "\n";
+  write_text(file, text);
+}
+
+// Two lengths, heads 64:8 d128: the numbers make every ratio exact at two decimals.
+TEST(SweepReport, RatiosWorstCellsAndVerdicts) {
+  SKIP_WITHOUT_PYTHON();
+  TempDir dir("lca_sweep");
+  const int l1 = 12345, l2 = 20480;
+  json slow_causal = cell("flex_flash", "causal", l2, "fwd", 410);  // 0.82 of full: the worst
+  slow_causal["plan_info"] = {{"forward", {{"kernel", "fwd_test_kernel"}, {"tile_rows", 128}}},
+                              {"backward", {{"kernel", "bwd_test_kernel"}}}};
+  json tuned = cell("torch_flex", "causal", l2, "fwd", 405);  // 1.01: the worst peer ratio
+  tuned["label"] = "torch_flex_tuned";
+  json failed = cell("flex_flash", "block_sparse:block=64,sparsity=0.25", l1, "fwd", 100, "FAIL");
+  failed["reason"] = "outside tolerance 0.015000";
+  json errored = cell("cudnn_sdpa", "sliding_window:window=1000", l1, "bwd", 0, "ERROR");
+  errored["reason"] = "cudnn refused the graph";
+  write_results(dir / "results.jsonl",
+                {cell("flex_flash", "full", l1, "fwd", 500), cell("flex_flash", "full", l2, "fwd", 500),
+                 cell("flex_flash", "full", l1, "bwd", 400), cell("flex_flash", "full", l2, "bwd", 400),
+                 cell("flex_flash", "causal", l1, "fwd", 450), slow_causal,
+                 cell("flex_flash", "causal", l1, "bwd", 360), cell("flex_flash", "causal", l2, "bwd", 340),
+                 cell("flex_flash", "sliding_window:window=1000", l1, "fwd", 380),
+                 cell("flex_flash", "sliding_window:window=1000", l1, "bwd", 276),
+                 cell("flex_flash", "block_sparse:block=64,sparsity=0.25", l1, "bwd", 200), failed,
+                 cell("cudnn_sdpa", "full", l1, "fwd", 520), cell("cudnn_sdpa", "full", l2, "fwd", 480),
+                 cell("cudnn_sdpa", "full", l1, "bwd", 410), cell("cudnn_sdpa", "causal", l1, "fwd", 440), tuned,
+                 errored});
+
+  const auto r = sweep({"report", (dir / "results.jsonl").string()});
+  EXPECT_EQ(r.exit_code, 1) << describe(r);  // MISSes and failed cells
+  const std::string& out = r.out;
+  EXPECT_HAS(line_with(out, "causal fwd ("),
+             "causal fwd (2 cells): own full 0.82 (>= 0.85) MISS; best peer 1.01 torch_flex_tuned (>= 0.97) PASS; "
+             "cudnn_sdpa 1.02 (>= 1.00) PASS");
+  EXPECT_HAS(out, "own:  causal  20480 tokens  64:8 d128 bf16 fwd: 410.0 of full 500.0 TFLOP/s\n"
+                  "          plan_info: kernel=fwd_test_kernel tile_rows=128");
+  EXPECT_LACKS(out, "bwd_test_kernel");  // a forward cell shows its forward entry
+  EXPECT_HAS(line_with(out, "causal bwd ("), "own full 0.85 (>= 0.80) PASS");
+  EXPECT_HAS(line_with(out, "full fwd ("),
+             "full fwd (2 cells): own full -; best peer 0.96 cudnn_sdpa (>= 0.97) MISS; cudnn_sdpa 0.96 (>= 1.00) MISS");
+  EXPECT_HAS(line_with(out, "full bwd ("), "best peer 0.98 cudnn_sdpa (>= 0.97) PASS; cudnn_sdpa 0.98 (>= 0.97) PASS");
+  // The windows' own targets are 0.75 / 0.70.
+  EXPECT_HAS(line_with(out, "sliding_window fwd ("), "own full 0.76 (>= 0.75) PASS");
+  EXPECT_HAS(line_with(out, "sliding_window bwd ("), "own full 0.69 (>= 0.70) MISS");
+  // A failed cell is listed, never compared.
+  EXPECT_HAS(out, "block_sparse fwd: no ok flex_flash cells");
+  EXPECT_HAS(line_with(out, "block_sparse bwd ("), "own full 0.50 (>= 0.80) MISS");
+  EXPECT_HAS(out, "Cells that failed or errored: 2");
+  EXPECT_HAS(out, "FAIL flex_flash block_sparse:block=64,sparsity=0.25  12345 tokens  64:8 d128 bf16 fwd: outside tolerance");
+  EXPECT_HAS(out, "ERROR cudnn_sdpa sliding_window:window=1000  12345 tokens  64:8 d128 bf16 bwd: cudnn refused the graph");
+  // A peer is named by its label; with --peers only those count.
+  EXPECT_HAS(out, "peer: causal  20480 tokens  64:8 d128 bf16 fwd: 410.0 TFLOP/s vs torch_flex_tuned 405.0");
+  const auto only_cudnn = sweep({"report", (dir / "results.jsonl").string(), "--peers", "cudnn_sdpa"});
+  EXPECT_HAS(line_with(only_cudnn.out, "causal fwd ("), "best peer 1.02 cudnn_sdpa (>= 0.97) PASS");
+
+  const auto md = sweep({"report", (dir / "results.jsonl").string(), "--markdown"});
+  EXPECT_EQ(md.exit_code, 1) << describe(md);
+  EXPECT_HAS(md.out, "| causal | fwd | 2 | 0.82 | >= 0.85 | MISS | 1.01 torch_flex_tuned | PASS | 1.02 (>= 1.00) | PASS |");
+  EXPECT_HAS(md.out, "| sliding_window | bwd | 1 | 0.69 | >= 0.70 | MISS |");
+  EXPECT_HAS(md.out, "`kernel=fwd_test_kernel tile_rows=128`");
+}
+
+TEST(SweepReport, AllTargetsMetExitsZeroAndBadInputTwo) {
+  SKIP_WITHOUT_PYTHON();
+  TempDir dir("lca_sweep");
+  write_results(dir / "good.jsonl",
+                {cell("flex_flash", "full", 8191, "fwd", 500), cell("flex_flash", "causal", 8191, "fwd", 450),
+                 cell("cudnn_sdpa", "full", 8191, "fwd", 490), cell("cudnn_sdpa", "causal", 8191, "fwd", 440)});
+  auto r = sweep({"report", (dir / "good.jsonl").string()});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_LACKS(r.out, "MISS");
+  EXPECT_HAS(r.out, "Cells that failed or errored: 0");
+
+  r = sweep({"report", (dir / "missing.jsonl").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "no such results file");
+  write_results(dir / "other.jsonl", {cell("cudnn_sdpa", "full", 8191, "fwd", 490)});
+  r = sweep({"report", (dir / "other.jsonl").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "no ok flex_flash cells to judge");
+}
+
+}  // namespace
+}  // namespace lca::test

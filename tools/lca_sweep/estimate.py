@@ -1,0 +1,137 @@
+"""A rough H100 time for a drawn group, so that a plan can say whether it fits one device call and
+run.sh can run the cheap groups first. Areas come from each mask's parameters (document lengths
+from the histograms in manifests/data), times from FLOPs at a fixed rate, and the fixed costs
+from past runs (docs/results): a process start with the GPU ceilings, a plan, the timed window,
+and the reference check's fp32 pass.
+Rule: an estimate orders and warns; nothing is skipped because of it."""
+import json
+import os
+
+from lca_sweep.draw import longest_doc
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# TFLOP/s a kernel holds on a dense mask (H100, bf16), and the floor of one call.
+RATE = {("fwd", 128): 450e12, ("fwd", 64): 320e12, ("bwd", 128): 350e12, ("bwd", 64): 250e12}
+CALL_FLOOR_S = 30e-6
+CELL_OVERHEAD_S = 0.15       # inputs, plan, output buffers
+TORCH_CELL_OVERHEAD_S = 1.5  # the torch peers build a block mask and may recompile
+PROCESS_S = 8.0              # lcahost start, GPU ceilings, cuDNN's first plan
+TORCH_PROCESS_S = 15.0       # importing torch and the first compile
+REFERENCE_RATE = 2.5e12      # the fp32 reference, FLOP/s (32K full backward: ~6 s)
+MAX_REFERENCE_FLOPS = 4e12   # core/check/compare.hpp: kv groups are sampled under it, at least one
+
+
+def kernel_masks(kernel):
+    """The masks a kernel's manifest lists, or None for any (or where the manifest is missing)."""
+    path = os.path.join(REPO, "manifests", "plugins", kernel + ".json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            masks = json.load(f).get("kernel", {}).get("masks", "any")
+    except (OSError, ValueError):
+        return None
+    return None if masks == "any" else set(masks)
+
+
+_doc_moments = {}
+
+
+def doc_moments(dist, seqlen):
+    """E[L] and E[L^2] of a document's length under `dist`, lengths cut at seqlen."""
+    key = (dist, seqlen)
+    if key in _doc_moments:
+        return _doc_moments[key]
+    if dist.startswith("uniform:"):
+        lo, hi = (int(x) for x in dist.split(":", 1)[1].split("-"))
+        bins, weights = [(lo, hi + 1)], [1.0]
+    else:
+        try:
+            with open(os.path.join(REPO, "manifests", "data", f"doclen_{dist}.json"), encoding="utf-8") as f:
+                doc = json.load(f)
+            bins, weights = doc["bins"], doc["weights"]
+        except (OSError, ValueError, KeyError):
+            bins, weights = [(1, 8193)], [1.0]
+    total = sum(weights) or 1.0
+    m1 = m2 = 0.0
+    for (lo, hi), w in zip(bins, weights):
+        lo, hi = min(max(lo, 1), seqlen), min(max(hi, 2), seqlen + 1)
+        mean = (lo + hi - 1) / 2
+        m1 += w / total * mean
+        m2 += w / total * (mean * mean + (hi - lo) ** 2 / 12)
+    _doc_moments[key] = (max(m1, 1.0), max(m2, 1.0))
+    return _doc_moments[key]
+
+
+def density(mask, params, seqlen):
+    """The visible share of the S x S square, roughly."""
+    s = float(seqlen)
+    doc_share = 1.0
+    mean_doc = s
+    if "dist" in params:
+        m1, m2 = doc_moments(params["dist"], seqlen)
+        doc_share, mean_doc = min(1.0, m2 / m1 / s), m1
+    w = params.get("window", 1024)
+    if mask == "full":
+        return 1.0
+    if mask == "causal":
+        return 0.5
+    if mask == "full_document":
+        return doc_share
+    if mask in ("causal_document", "prefix_lm_document"):
+        return doc_share / 2
+    if mask in ("shared_question", "causal_blockwise"):
+        return min(1.0, doc_share / 2 + mean_doc / s)
+    if mask == "sliding_window":
+        return min(1.0, (2 * w + 1) / s)
+    if mask == "sliding_window_causal":
+        return min(0.5, (w + 1) / s)
+    if mask == "sliding_window_document":
+        return min(doc_share, (2 * w + 1) / s)
+    if mask == "prefix_lm_causal":
+        return 0.5 + 0.5 * (params.get("prefix", seqlen // 2) / s) ** 2
+    if mask == "global_sliding":
+        g = params.get("global_tokens", -1)
+        g = 2 * w if g < 0 else g
+        return min(1.0, (2 * w + 1) / s + 2 * g / s)
+    if mask == "block_causal_document":
+        n = params.get("max_blocks", 8)
+        doc = params.get("block", 1024) * (n + 1) / 2
+        return min(1.0, 0.75 * doc / s)
+    if mask == "block_sparse":
+        return params.get("sparsity", 0.5)
+    return 1.0
+
+
+def flops(area, heads_q, head_dim, pass_):
+    fwd = 4.0 * area * head_dim * heads_q
+    return fwd * (2.5 if pass_ == "bwd" else 1.0)
+
+
+def cell_seconds(t_call, warmup, warmup_ms, repeats, repeat_ms):
+    """The runner's loop: `warmup` calls, then calls until warmup_ms; the same for the timed ones."""
+    return max(warmup * t_call, warmup_ms / 1000.0) + max(repeats * t_call, repeat_ms / 1000.0)
+
+
+def group_seconds(group, kernels, timing, check):
+    """Seconds for one lcahost run of `group` with `kernels`; timing holds warmup, warmup_ms,
+    repeats and repeat_ms."""
+    heads_q, heads_kv = (int(x) for x in group["heads"].split(":"))
+    d, s = group["head_dim"], group["seqlen"]
+    torch = any(k.startswith("torch_") for k in kernels)
+    total = PROCESS_S + (TORCH_PROCESS_S if torch else 0.0)
+    supported = {k: kernel_masks(k) for k in kernels}
+    for m in group["masks"]:
+        area = density(m["mask"], m["params"], s) * s * s
+        runs = [k for k in kernels if supported[k] is None or m["mask"] in supported[k]]
+        for pass_ in ("fwd", "bwd"):
+            t = flops(area, heads_q, d, pass_) / RATE[(pass_, 128 if d >= 128 else 64)] + CALL_FLOOR_S
+            if pass_ == "bwd":
+                t += flops(area, heads_q, d, "fwd") / RATE[("fwd", 128 if d >= 128 else 64)]
+            for k in runs:
+                total += cell_seconds(t, **timing)
+                total += TORCH_CELL_OVERHEAD_S if k.startswith("torch_") else CELL_OVERHEAD_S
+            if check and runs:
+                per_group = 4.0 * area * d * (heads_q // heads_kv) * (3.5 if pass_ == "bwd" else 1.0)
+                sampled = max(1, min(heads_kv, int(MAX_REFERENCE_FLOPS // max(per_group, 1.0))))
+                total += sampled * per_group / REFERENCE_RATE
+    return total

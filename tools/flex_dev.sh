@@ -43,4 +43,4 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 [ "$matrix" = none ] && exit 0
 build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix "$matrix" --kernels flex_flash,cudnn_sdpa \
-  --out "$out/flex-$matrix.jsonl" "$@" 2>&1 | tee "$out/run-$matrix.log" | grep -v " X  "
+  --out "$out/flex-$matrix.jsonl" --force "$@" 2>&1 | tee "$out/run-$matrix.log" | grep -v " X  "

@@ -88,6 +88,9 @@ CudaPlacement place_on_gpu(const Options& opt, int local_rank) {
 #endif
 
 int cmd_cp(Options opt, int* argc, char*** argv) {
+  if (!opt.resume.empty() && !opt.out.empty() && opt.out != opt.resume)
+    throw std::runtime_error("--out " + opt.out + " and --resume " + opt.resume +
+                             " name two files; --resume alone continues a run in its file");
 #if !defined(LCA_HAVE_MPI)
   (void)opt;
   (void)argc;
@@ -183,6 +186,8 @@ int cmd_cp(Options opt, int* argc, char*** argv) {
     core::CPOptions cp{opt.cp, opt.cp_kernel, opt.cp_options, lines};
     core::SessionOptions so;
     so.out = opt.resume.empty() ? opt.out : opt.resume;
+    so.resume = !opt.resume.empty();
+    so.force = opt.force;
     so.threads = opt.threads;
     if (root) {
       so.environment = core::collect_environment(reg);

@@ -3,6 +3,7 @@
 
 #include "core/mask/mask_source.hpp"
 #include "core/mask/render.hpp"
+#include "core/plugin/text.hpp"
 #include "core/report/caps.hpp"
 #include "core/report/results.hpp"
 #include "core/run/backend.hpp"
@@ -173,6 +174,11 @@ int cmd_masks(const Options& opt) {
 
 int cmd_run(const Options& opt) {
   Options o = opt;
+  if (!o.resume.empty() && !o.out.empty() && fs::path(o.out) != fs::path(o.resume))
+    throw std::runtime_error("--out " + o.out + " and --resume " + o.resume +
+                             " name two files; --resume alone continues a run in its file");
+  if (!o.resume.empty() && o.force)
+    throw std::runtime_error("--resume continues " + o.resume + " and --force would overwrite it; give one of them");
   if (!o.resume.empty()) o.out = o.resume;
   if (o.matrix.empty()) throw std::runtime_error("--resume needs --matrix too (the same spec as the first run)");
   const auto reg = core::Registry::load(plugin_dir(o));
@@ -183,6 +189,7 @@ int cmd_run(const Options& opt) {
   core::SessionOptions so;
   so.out = o.out;
   so.resume = !o.resume.empty();
+  so.force = o.force;
   so.isolate = o.isolate;
   so.cell_timeout_s = o.cell_timeout;
   so.dry_run = o.dry_run;
@@ -226,7 +233,7 @@ int cmd_run_cell(const Options& opt) {
   ro.threads = opt.threads;
   core::Runner runner(reg, masks, devices.map(), ro);
   const auto r = runner.run_cell(cell);
-  std::cout << core::kResultMarker << r.to_json().dump() << "\n" << std::flush;
+  std::cout << core::kResultMarker << core::dump_json(r.to_json()) << "\n" << std::flush;
   return 0;
 }
 

@@ -19,6 +19,7 @@ struct Options {
   std::string matrix;
   std::string out;
   std::string resume;
+  bool force = false;
   bool isolate = false;
   double cell_timeout = 0;
   bool dry_run = false;

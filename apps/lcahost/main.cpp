@@ -5,11 +5,15 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 
 int main(int argc, char** argv) {
+  // Past a file size limit (ulimit -f, a quota) a write should fail with EFBIG and name the
+  // results file, not kill the run with SIGXFSZ before it can say which file.
+  std::signal(SIGXFSZ, SIG_IGN);
   lca::app::Options opt;
   CLI::App app{"lca: the long-context attention benchmark.\n"
                "  lcahost --plugins DIR --matrix quick|all|PRESET|FILE.json   run a matrix\n"
@@ -20,8 +24,11 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", opt.verbose, "More log output (repeat for trace)");
   app.add_flag("-q,--quiet", opt.quiet, "Only warnings and errors");
   app.add_option("--matrix", opt.matrix, "Matrix: quick, all, a preset in <plugins>/matrices, or a JSON file");
-  app.add_option("--out", opt.out, "Results as JSON Lines (a .csv twin is written beside it)");
+  app.add_option("--out", opt.out,
+                 "Results as JSON Lines (a .csv twin is written beside it); an existing file is refused unless "
+                 "--force, and a file another run is writing is refused");
   app.add_option("--resume", opt.resume, "Continue a run: skip cells already in this .jsonl and append to it");
+  app.add_flag("--force", opt.force, "Overwrite an existing --out file");
   app.add_flag("--isolate", opt.isolate, "Run each cell in a child process (crashes and hangs become records)");
   app.add_option("--cell-timeout", opt.cell_timeout, "With --isolate: seconds before a cell is killed (TIMEOUT)");
   app.add_flag("--dry-run", opt.dry_run, "Print the matrix with skip reasons; run nothing");

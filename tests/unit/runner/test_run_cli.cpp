@@ -1,10 +1,12 @@
 // The same runs as a user starts them: lcahost --matrix FILE --out/--resume/--dry-run, with the
 // exit status the shell sees (0 healthy, 3 when a cell FAILed, 2 for a bad command line).
+#include "core/report/results.hpp"
 #include "core/run/runner.hpp"
 #include "run_support.hpp"
 #include "subprocess.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <set>
 
@@ -137,6 +139,7 @@ TEST_F(RunCli, TornLastLineIsToleratedByResume) {
   const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--resume", out.string()});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("4 already in"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("its last line (6) was cut short"), std::string::npos) << "and says so\n" << r.err;
   const Records rec = read_records(out);
   std::set<std::string> keys;
   for (const auto& c : rec.cells) keys.insert(cell_key(c));
@@ -176,6 +179,82 @@ TEST_F(RunCli, DryRunPrintsSkipReasonsAndWritesNothing) {
   EXPECT_NE(r.out.find("16 cells"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("no-gqa"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("summary"), std::string::npos) << "nothing ran\n" << r.out;
+}
+
+// The results file's rules as a user meets them: an existing file is kept unless --force (the
+// message offers --resume), the matrix spec is never overwritten, --resume takes only a results
+// file, and a file another process writes is refused with that process's pid.
+TEST_F(RunCli, ResultsFilesAreNeverOverwrittenByAccident) {
+  const auto tiny = (work_ / "tiny.json").string();
+  const auto out = work_ / "out.jsonl";
+  ASSERT_EQ(lcahost({"--matrix", tiny, "--out", out.string()}).exit_code, 0);
+  const std::string first = read_text(out);
+
+  auto r = lcahost({"--matrix", tiny, "--out", out.string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("'" + out.string() + "' already exists"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--resume " + out.string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(out), first);
+
+  r = lcahost({"--matrix", tiny, "--out", out.string(), "--force"});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(read_records(out).runs.size(), 1u) << "replaced, not appended to";
+
+  const std::string spec = read_text(work_ / "tiny.json");
+  r = lcahost({"--matrix", tiny, "--out", tiny, "--force"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("the matrix spec"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(work_ / "tiny.json"), spec);
+  r = lcahost({"--matrix", tiny, "--resume", tiny});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(read_text(work_ / "tiny.json"), spec);
+
+  write_text(work_ / "notes.txt", "my notes\n");
+  r = lcahost({"--matrix", tiny, "--resume", (work_ / "notes.txt").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("not a results file"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(work_ / "notes.txt"), "my notes\n");
+
+  {
+    core::ResultsFileOptions append;
+    append.append = true;
+    core::ResultsWriter holder(out, append);  // this test's process writes it now
+    r = lcahost({"--matrix", tiny, "--resume", out.string()});
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_NE(r.err.find("is being written by"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("pid " + std::to_string(getpid())), std::string::npos) << r.err;
+  }
+  r = lcahost({"--matrix", tiny, "--resume", out.string()});
+  EXPECT_EQ(r.exit_code, 0) << "the lock went with its writer\n" << describe(r);
+}
+
+// A device that is full and a file that reaches its size limit: an error that names the file,
+// exit status 2, and the lines written before are there.
+TEST_F(RunCli, AFullDiskIsAnErrorAndKeepsWhatWasWritten) {
+  auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--out", "/dev/full"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("cannot write results file '/dev/full'"), std::string::npos) << r.err;
+
+  // ulimit -f 6: 6 KiB, a run record and a few cells of the 16.
+  const auto out = work_ / "limited.jsonl";
+  std::string command = "ulimit -f 6 && exec '" + lcahost_path().string() + "' --plugins '" + folder_.path().string() +
+                        "' --threads 1 --matrix '" + (work_ / "tiny.json").string() + "' --out '" + out.string() + "'";
+  r = run_process({"/bin/bash", "-c", command});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("cannot write results file '" + out.string() + "'"), std::string::npos) << r.err;
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.runs.size(), 1u);
+  EXPECT_GE(rec.cells.size(), 1u);
+  EXPECT_LT(rec.cells.size(), 16u);
+  EXPECT_LE(rec.unparseable, 1) << "at most the line the limit cut";
+  r = run_process({"/bin/bash", "-c", "exec '" + lcahost_path().string() + "' --plugins '" + folder_.path().string() +
+                                          "' --threads 1 --matrix '" + (work_ / "tiny.json").string() +
+                                          "' --resume '" + out.string() + "'"});
+  EXPECT_EQ(r.exit_code, 0) << "and a resume finishes the run\n" << describe(r);
+  std::set<std::string> keys;
+  for (const auto& c : read_records(out).cells) keys.insert(cell_key(c));
+  EXPECT_EQ(keys.size(), 16u);
 }
 
 }  // namespace

@@ -52,11 +52,31 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
 
   TablePrinter table(out);
   if (options.dry_run) {
+    // Each runnable cell's mask is made, as the run would make it: parameters the provider
+    // refuses show here, with its message, instead of at run time.
+    std::map<std::pair<std::string, int64_t>, std::string> refused;  // (mask, seqlen) -> message
     table.header();
     for (size_t i = 0; i < cells.size(); ++i) {
       CellResult r;
       r.cell = cells[i];
       r.status = cells[i].skip.empty() ? "plan" : "X";
+      if (cells[i].skip.empty()) {
+        const auto key = std::make_pair(cells[i].mask.label(), cells[i].seqlen);
+        auto it = refused.find(key);
+        if (it == refused.end()) {
+          std::string why;
+          try {
+            masks.generate(cells[i].mask, cells[i].seqlen, spec.seed);
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
+          it = refused.emplace(key, why).first;
+        }
+        if (!it->second.empty()) {
+          r.status = "ERROR";
+          r.reason = it->second;
+        }
+      }
       table.row(i + 1, cells.size(), r, 0, 0);
       ++summary.counts[r.status];
     }

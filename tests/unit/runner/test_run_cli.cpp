@@ -257,5 +257,57 @@ TEST_F(RunCli, AFullDiskIsAnErrorAndKeepsWhatWasWritten) {
   EXPECT_EQ(keys.size(), 16u);
 }
 
+// A mask with two parameters on the command line (the comma continues its parameters), and
+// --masks repeated; each cell's record carries both parameters.
+TEST_F(RunCli, MasksWithSeveralParameters) {
+  const auto out = work_ / "params.jsonl";
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "cpu_reference", "--masks",
+                          "global_sliding:window=8,global_tokens=3", "--masks", "causal", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const Records rec = read_records(out);
+  std::set<std::string> masks;
+  for (const auto& c : rec.cells) {
+    masks.insert(c["mask_label"].get<std::string>());
+    if (c["mask"] == "global_sliding") {
+      EXPECT_EQ(c["mask_params"]["window"], 8) << c.dump();
+      EXPECT_EQ(c["mask_params"]["global_tokens"], 3) << c.dump();
+    }
+  }
+  EXPECT_EQ(masks, (std::set<std::string>{"causal", "global_sliding:global_tokens=3,window=8"}));
+
+  const auto bad = lcahost({"--matrix", (work_ / "tiny.json").string(), "--masks", "causal,window=8", "--dry-run"});
+  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
+  EXPECT_NE(bad.err.find("--masks"), std::string::npos) << bad.err;
+}
+
+// --dry-run makes each cell's mask: parameters its provider refuses show as ERROR with the
+// provider's message, not as runnable; the exit status says the plan would not run whole.
+TEST_F(RunCli, DryRunShowsMaskParametersTheProviderRefuses) {
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "cpu_reference", "--masks",
+                          "sliding_window:window=-5,causal", "--dry-run"});
+  EXPECT_EQ(r.exit_code, 3) << describe(r);
+  EXPECT_NE(r.out.find("ERROR"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mask 'sliding_window:window=-5' at 64 tokens: sliding_window: parameter 'window'"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("plan"), std::string::npos) << "causal is still runnable\n" << r.out;
+}
+
+// A cell timeout can only be kept for a cell in a child process: --cell-timeout runs isolated.
+TEST_F(RunCli, CellTimeoutRunsEachCellIsolated) {
+  write_text(work_ / "hang.json", R"({"kernels": ["fx_hang"], "masks": ["causal"], "seqlens": [32],
+      "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 0, "repeats": 1})");
+  PluginFolder folder;
+  folder.with_masks().with_reference().with_case("hang");
+  const auto out = work_ / "hang.jsonl";
+  const auto r = run_lcahost(folder.path(), {"--matrix", (work_ / "hang.json").string(), "--cell-timeout", "1",
+                                             "--out", out.string()}, 60);
+  EXPECT_FALSE(r.timed_out) << describe(r);
+  EXPECT_NE(r.err.find("runs each cell in a child process"), std::string::npos) << r.err;
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.cells.size(), 1u) << describe(r);
+  EXPECT_EQ(rec.cells[0]["status"], "TIMEOUT");
+}
+
 }  // namespace
 }  // namespace lca::test

@@ -76,7 +76,11 @@ std::string lock_holder(int fd) {
 }
 
 int open_locked(const std::filesystem::path& file, bool append) {
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (append ? O_APPEND : 0), 0644);
+  const int flags = O_CREAT | O_CLOEXEC | (append ? O_APPEND : 0);
+  int fd = ::open(file.c_str(), O_RDWR | flags, 0644);
+  // Reading serves only to find a torn last line; a file or device that may only be written
+  // (a pipe's /dev/stdout, a write-only file) is written without it.
+  if (fd < 0 && (errno == EACCES || errno == EINVAL || errno == ENXIO)) fd = ::open(file.c_str(), O_WRONLY | flags, 0644);
   if (fd < 0) {
     const int e = errno;
     throw std::runtime_error("cannot open results file '" + file.string() + "': " + errno_text(e) +
@@ -85,12 +89,16 @@ int open_locked(const std::filesystem::path& file, bool append) {
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
     const std::string holder = e == EWOULDBLOCK ? lock_holder(fd) : "";
-    ::close(fd);
-    if (e == EWOULDBLOCK)
+    if (e == EWOULDBLOCK) {
+      ::close(fd);
       throw std::runtime_error("results file '" + file.string() + "' is being written by " +
                                (holder.empty() ? std::string("another process") : holder) +
                                "; wait for that run to end or choose another --out");
-    throw std::runtime_error("cannot lock results file '" + file.string() + "': " + errno_text(e));
+    }
+    // A file system without locks (some network mounts) or a pipe: the run goes on, unguarded.
+    spdlog::warn("results file '{}' cannot be locked ({}); a second run writing it at the same time would not be "
+                 "refused",
+                 file.string(), errno_text(e));
   }
   return fd;
 }

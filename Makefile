@@ -9,7 +9,7 @@ LCAHOST_ARGS ?=
 
 bench: build
 	./$(BUILD)/bin/lcahost --plugins $(BUILD)/plugins --matrix $(MATRIX) \
-	  --out results/bench.jsonl $(LCAHOST_ARGS)
+	  --out results/bench.jsonl --force $(LCAHOST_ARGS)
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600

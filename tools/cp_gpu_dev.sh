@@ -47,11 +47,11 @@ fi
 lcahost=(build-gpu/bin/lcahost --plugins build-gpu/plugins --cp "$strategies" --cp-kernel flex_flash
          --matrix "$matrix")
 [ "$masks" != "*" ] && lcahost+=(--masks "$masks")
-"${mpi[@]}" -np 1 "${lcahost[@]}" --out "$out/cp-$matrix-np1-nccl.jsonl" "$@" > "$out/run-np1-nccl.log" 2>&1 ||
+"${mpi[@]}" -np 1 "${lcahost[@]}" --out "$out/cp-$matrix-np1-nccl.jsonl" --force "$@" > "$out/run-np1-nccl.log" 2>&1 ||
   status=1
 grep -E "^# |summary| FAIL | ERROR |error|rank [0-9]+/" "$out/run-np1-nccl.log" | head -20
 stamp "np 1 nccl done"
-"${mpi[@]}" -np "$np_mpi" "${lcahost[@]}" --cp-comm mpi --out "$out/cp-$matrix-np$np_mpi-mpi.jsonl" "$@" \
+"${mpi[@]}" -np "$np_mpi" "${lcahost[@]}" --cp-comm mpi --out "$out/cp-$matrix-np$np_mpi-mpi.jsonl" --force "$@" \
   > "$out/run-np$np_mpi-mpi.log" 2>&1 || status=1
 grep -E "^# |summary| FAIL | ERROR |error|rank [0-9]+/" "$out/run-np$np_mpi-mpi.log" | head -24
 stamp "np $np_mpi mpi done (status $status)"

@@ -33,4 +33,4 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 [ "$matrix" = none ] && exit 0
 build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix "$matrix" --kernels flex_flash,cudnn_sdpa \
-  ${FLEX_OPTIONS:+--kernel-options "flex_flash=$FLEX_OPTIONS"} --out "$out/flex-$matrix.jsonl" "$@" 2>&1 | tee "$out/run-$matrix.log" | grep -v " X  "
+  ${FLEX_OPTIONS:+--kernel-options "flex_flash=$FLEX_OPTIONS"} --out "$out/flex-$matrix.jsonl" --force "$@" 2>&1 | tee "$out/run-$matrix.log" | grep -v " X  "

@@ -20,4 +20,4 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   ctest --test-dir build-gpu -L gpu --output-on-failure -j 1 --timeout 300 > "$out/ctest-gpu.log" 2>&1
   tail -6 "$out/ctest-gpu.log"
 fi
-./build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix "$matrix" --out "$out/gpu-$matrix.jsonl" "$@" 2>&1 | tee "$out/run-$matrix.log" | grep -v "^  .* X  "
+./build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix "$matrix" --out "$out/gpu-$matrix.jsonl" --force "$@" 2>&1 | tee "$out/run-$matrix.log" | grep -v "^  .* X  "

@@ -17,6 +17,7 @@
 #include "core/comm/mpi_comm.hpp"
 #endif
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -87,7 +88,28 @@ CudaPlacement place_on_gpu(const Options& opt, int local_rank) {
 }  // namespace
 #endif
 
+namespace {
+
+// Before MPI and before any cell: a bad --cp-options is one refusal, not an error in every cell.
+void check_cp_options(const std::string& text) {
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error("--cp-options '" + text + "' is not valid JSON (" + e.what() +
+                             "); give an object, e.g. '{\"ulysses_degree\":2}'");
+  }
+  if (!parsed.is_object())
+    throw std::runtime_error("--cp-options '" + text + "' is not a JSON object; give one, e.g. '{\"ulysses_degree\":2}'");
+}
+
+}  // namespace
+
 int cmd_cp(Options opt, int* argc, char*** argv) {
+  check_cp_options(opt.cp_options);
+  if (!opt.resume.empty() && !opt.out.empty() && opt.out != opt.resume)
+    throw std::runtime_error("--out " + opt.out + " and --resume " + opt.resume +
+                             " name two files; --resume alone continues a run in its file");
 #if !defined(LCA_HAVE_MPI)
   (void)opt;
   (void)argc;
@@ -183,6 +205,8 @@ int cmd_cp(Options opt, int* argc, char*** argv) {
     core::CPOptions cp{opt.cp, opt.cp_kernel, opt.cp_options, lines};
     core::SessionOptions so;
     so.out = opt.resume.empty() ? opt.out : opt.resume;
+    so.resume = !opt.resume.empty();
+    so.force = opt.force;
     so.threads = opt.threads;
     if (root) {
       so.environment = core::collect_environment(reg);

@@ -3,6 +3,7 @@
 
 #include "core/mask/mask_source.hpp"
 #include "core/mask/render.hpp"
+#include "core/plugin/text.hpp"
 #include "core/report/caps.hpp"
 #include "core/report/results.hpp"
 #include "core/run/backend.hpp"
@@ -13,21 +14,54 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <unistd.h>
 
 namespace lca::app {
 namespace fs = std::filesystem;
 
+CLI::Validator finite_number(double lo, double hi, bool above_lo) {
+  std::ostringstream range;
+  range << (above_lo ? "more than " : "from ") << lo << (above_lo ? " and at most " : " to ") << hi;
+  const std::string allowed = range.str();
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        size_t used = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size()) return "'" + text + "' is not a number (" + allowed + ")";
+        if (!std::isfinite(v) || v < lo || v > hi || (above_lo && v == lo))
+          return "'" + text + "' is out of range: give a number " + allowed;
+        return "";
+      },
+      "NUMBER " + allowed);
+}
+
+spdlog::level::level_enum log_level_from_env(const char* value, spdlog::level::level_enum fallback) {
+  if (value == nullptr || *value == 0) return fallback;
+  const std::string name = value;
+  // spdlog's from_str takes any unknown name for "off": a typo would silence every error.
+  const auto level = spdlog::level::from_str(name);
+  if (level != spdlog::level::off || name == "off") return level;
+  spdlog::warn("LCA_LOG_LEVEL='{}' is not a log level (trace, debug, info, warn, error, critical, off); using {}",
+               name, spdlog::level::to_string_view(fallback));
+  return fallback;
+}
+
 void configure_logging(const Options& opt) {
   auto logger = spdlog::stderr_color_mt("lca");
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("[%H:%M:%S %^%l%$] %v");
-  spdlog::level::level_enum level = spdlog::level::info;
-  if (const char* env = std::getenv("LCA_LOG_LEVEL")) level = spdlog::level::from_str(env);
+  spdlog::level::level_enum level = log_level_from_env(std::getenv("LCA_LOG_LEVEL"), spdlog::level::info);
   if (opt.verbose == 1) level = spdlog::level::debug;
   if (opt.verbose >= 2) level = spdlog::level::trace;
   if (opt.quiet) level = spdlog::level::warn;
@@ -107,7 +141,18 @@ core::MatrixSpec load_spec(const Options& opt, const core::Registry& reg) {
 }  // namespace
 
 void apply_run_options(const Options& opt, core::MatrixSpec& spec) {
-  if (!opt.masks.empty()) spec.masks = opt.masks;
+  if (!opt.masks.empty()) {
+    std::vector<std::string> masks;
+    for (const auto& list : opt.masks) {
+      try {
+        for (auto& m : core::split_mask_list(list)) masks.push_back(std::move(m));
+      } catch (const std::invalid_argument& e) {
+        throw std::runtime_error(std::string("--masks: ") + e.what());
+      }
+    }
+    if (masks.empty()) throw std::runtime_error("--masks '' names no mask; give one, e.g. --masks causal");
+    spec.masks = masks;
+  }
   if (opt.no_check) spec.check = false;
   if (opt.warmup >= 0) spec.warmup = opt.warmup;
   if (opt.warmup_ms >= 0) spec.warmup_ms = opt.warmup_ms;
@@ -173,8 +218,18 @@ int cmd_masks(const Options& opt) {
 
 int cmd_run(const Options& opt) {
   Options o = opt;
+  if (!o.resume.empty() && !o.out.empty() && fs::path(o.out) != fs::path(o.resume))
+    throw std::runtime_error("--out " + o.out + " and --resume " + o.resume +
+                             " name two files; --resume alone continues a run in its file");
+  if (!o.resume.empty() && o.force)
+    throw std::runtime_error("--resume continues " + o.resume + " and --force would overwrite it; give one of them");
   if (!o.resume.empty()) o.out = o.resume;
   if (o.matrix.empty()) throw std::runtime_error("--resume needs --matrix too (the same spec as the first run)");
+  if (o.cell_timeout > 0 && !o.isolate) {
+    // A cell in this process cannot be stopped: the timeout is kept by running each in a child.
+    spdlog::info("--cell-timeout {} s runs each cell in a child process (as --isolate)", o.cell_timeout);
+    o.isolate = true;
+  }
   const auto reg = core::Registry::load(plugin_dir(o));
   core::MaskSource masks(reg);
   const auto spec = load_spec(o, reg);
@@ -183,6 +238,7 @@ int cmd_run(const Options& opt) {
   core::SessionOptions so;
   so.out = o.out;
   so.resume = !o.resume.empty();
+  so.force = o.force;
   so.isolate = o.isolate;
   so.cell_timeout_s = o.cell_timeout;
   so.dry_run = o.dry_run;
@@ -226,7 +282,7 @@ int cmd_run_cell(const Options& opt) {
   ro.threads = opt.threads;
   core::Runner runner(reg, masks, devices.map(), ro);
   const auto r = runner.run_cell(cell);
-  std::cout << core::kResultMarker << r.to_json().dump() << "\n" << std::flush;
+  std::cout << core::kResultMarker << core::dump_json(r.to_json()) << "\n" << std::flush;
   return 0;
 }
 

@@ -5,6 +5,9 @@
 
 #include "core/matrix/spec.hpp"
 
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
 #include <string>
 #include <vector>
 
@@ -19,6 +22,7 @@ struct Options {
   std::string matrix;
   std::string out;
   std::string resume;
+  bool force = false;
   bool isolate = false;
   double cell_timeout = 0;
   bool dry_run = false;
@@ -55,6 +59,14 @@ struct Options {
   // run-cell
   std::string cell_json;
 };
+
+// A CLI11 check: a finite number from lo to hi (lo itself excluded where `above_lo`); NaN and
+// infinities are refused, which CLI::Range lets through.
+CLI::Validator finite_number(double lo, double hi, bool above_lo = false);
+
+// The log level LCA_LOG_LEVEL names (trace, debug, info, warn, error, critical, off); an unknown
+// name is a warning and `fallback`, never "off".
+spdlog::level::level_enum log_level_from_env(const char* value, spdlog::level::level_enum fallback);
 
 void configure_logging(const Options& opt);
 std::string plugin_dir(const Options& opt);

@@ -5,11 +5,15 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 
 int main(int argc, char** argv) {
+  // Past a file size limit (ulimit -f, a quota) a write should fail with EFBIG and name the
+  // results file, not kill the run with SIGXFSZ before it can say which file.
+  std::signal(SIGXFSZ, SIG_IGN);
   lca::app::Options opt;
   CLI::App app{"lca: the long-context attention benchmark.\n"
                "  lcahost --plugins DIR --matrix quick|all|PRESET|FILE.json   run a matrix\n"
@@ -20,20 +24,27 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", opt.verbose, "More log output (repeat for trace)");
   app.add_flag("-q,--quiet", opt.quiet, "Only warnings and errors");
   app.add_option("--matrix", opt.matrix, "Matrix: quick, all, a preset in <plugins>/matrices, or a JSON file");
-  app.add_option("--out", opt.out, "Results as JSON Lines (a .csv twin is written beside it)");
+  app.add_option("--out", opt.out,
+                 "Results as JSON Lines (a .csv twin is written beside it); an existing file is refused unless "
+                 "--force, and a file another run is writing is refused");
   app.add_option("--resume", opt.resume, "Continue a run: skip cells already in this .jsonl and append to it");
+  app.add_flag("--force", opt.force, "Overwrite an existing --out file");
   app.add_flag("--isolate", opt.isolate, "Run each cell in a child process (crashes and hangs become records)");
-  app.add_option("--cell-timeout", opt.cell_timeout, "With --isolate: seconds before a cell is killed (TIMEOUT)");
+  app.add_option("--cell-timeout", opt.cell_timeout,
+                 "Seconds before a cell is killed and recorded as TIMEOUT (0 < s <= 604800); implies --isolate, "
+                 "since only a cell in a child process can be stopped")
+      ->check(lca::app::finite_number(0.0, 604800.0, true));
   app.add_flag("--dry-run", opt.dry_run, "Print the matrix with skip reasons; run nothing");
   app.add_option("--device", opt.device, "GPU to use: cuda:N (default cuda:0 when a GPU is present; with --cp every rank)");
-  app.add_option("--threads", opt.threads, "Threads for CPU kernels (default: all)");
+  app.add_option("--threads", opt.threads, "Threads for CPU kernels, 0 (all, the default) to 4096")
+      ->check(CLI::Range(0, 4096));
   app.add_flag("--no-check", opt.no_check, "Skip the reference check");
   app.add_option("--warmup", opt.warmup, "Untimed calls before the timed ones (default: the matrix's)")
       ->check(CLI::Range(0, 1000000));
   app.add_option("--warmup-ms", opt.warmup_ms,
                  "Warm up for at least this many ms (after --warmup calls), so that GPU clocks settle (default: "
                  "the matrix's)")
-      ->check(CLI::Range(0.0, 600000.0));
+      ->check(lca::app::finite_number(0.0, 600000.0));
   app.add_option("--repeats", opt.repeats, "Timed calls whose median is reported (default: the matrix's)")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--repeat-ms", opt.repeat_ms,
@@ -41,14 +52,17 @@ int main(int argc, char** argv) {
                      std::to_string(lca::core::kMaxTimedCalls) +
                      " calls), so that the median spans the GPU's clock swings at its power limit (default: the "
                      "matrix's)")
-      ->check(CLI::Range(0.0, 600000.0));
+      ->check(lca::app::finite_number(0.0, 600000.0));
   app.add_option("--kernels", opt.kernels,
                  "Only these kernels (comma separated): plugin names, or labels of the matrix's kernels")
       ->delimiter(',');
   app.add_option("--kernel-options", opt.kernel_options,
                  "KERNEL=JSON: options for a kernel's rows (a plugin name or a label; repeatable), e.g. "
                  "flex_flash='{\"forward\": \"sm90_k128\"}'; the rows are labelled with them");
-  app.add_option("--masks", opt.masks, "Only these masks (comma separated specs)")->delimiter(',');
+  app.add_option("--masks", opt.masks,
+                 "Only these masks: specs separated by commas, or --masks repeated. A mask's parameters follow its "
+                 "name after ':' and are separated by commas too: a piece that is key=value belongs to the mask "
+                 "before it (--masks causal,global_sliding:window=700,global_tokens=333 is two masks)");
 
   app.add_option("--cp", opt.cp, "Context-parallel strategies to run (comma separated, * = all); launch with mpirun")
       ->delimiter(',');
@@ -59,8 +73,9 @@ int main(int argc, char** argv) {
                  "Communicator lent to the strategies on GPUs: nccl (default) or mpi (device buffers staged through "
                  "pinned host memory; ranks may share a GPU)")
       ->check(CLI::IsMember({"nccl", "mpi"}));
-  app.add_option("--cp-topology", opt.cp_topology, "Ranks per node for hybrid strategies (default: from the launcher)");
-  app.add_option("--cp-options", opt.cp_options, "Strategy options as JSON, e.g. '{\"ulysses_degree\":2}'");
+  app.add_option("--cp-topology", opt.cp_topology, "Ranks per node for hybrid strategies (default: from the launcher)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--cp-options", opt.cp_options, "Strategy options as a JSON object, e.g. '{\"ulysses_degree\":2}'");
 
   auto* list = app.add_subcommand("list", "Plugins found, with kind, version, library and status");
   list->add_option("--format", opt.format, "table, md or json")->check(CLI::IsMember({"table", "md", "json"}));
@@ -79,7 +94,7 @@ int main(int argc, char** argv) {
   masks->add_option("--param", opt.show_params, "Parameter k=v (repeatable)");
   masks->add_option("--seed", opt.show_seed, "Seed for --show (default 42)");
   masks->add_option("--png", opt.show_png, "Also write the mask as a PNG");
-  masks->add_option("--width", opt.show_width, "Characters across (default 64)");
+  masks->add_option("--width", opt.show_width, "Characters across, 1 to 4096 (default 64)")->check(CLI::Range(1, 4096));
 
   auto* run_cell = app.add_subcommand("run-cell", "Internal: run one cell and print its result (used by --isolate)");
   run_cell->group("");

@@ -43,6 +43,27 @@ MaskSpec MaskSpec::parse(const std::string& text) {
   return spec;
 }
 
+std::vector<std::string> split_mask_list(const std::string& list) {
+  std::vector<std::string> specs;
+  std::stringstream in(list);
+  std::string piece;
+  while (std::getline(in, piece, ',')) {
+    if (piece.empty()) continue;
+    const auto eq = piece.find('=');
+    const bool is_parameter = eq != std::string::npos && piece.find(':') > eq;
+    if (!is_parameter) {
+      specs.push_back(piece);
+      continue;
+    }
+    if (specs.empty() || specs.back().find(':') == std::string::npos)
+      throw std::invalid_argument("mask list '" + list + "': parameter '" + piece + "' follows " +
+                                  (specs.empty() ? std::string("no mask") : "'" + specs.back() + "', which has no ':'") +
+                                  "; write mask:key=value,key2=value2 (e.g. sliding_window:window=64)");
+    specs.back() += "," + piece;
+  }
+  return specs;
+}
+
 std::string MaskSpec::label() const {
   std::string out = pattern;
   char sep = ':';

@@ -26,6 +26,12 @@ struct MaskSpec {
   std::string label() const;
 };
 
+// A comma-separated list of mask specs, as --masks takes it: "causal,sliding_window:window=64".
+// The comma also separates one mask's parameters, so a piece that is key=value (an '=' before
+// any ':') continues the mask before it: "global_sliding:window=700,global_tokens=333,causal" is
+// two masks. Throws std::invalid_argument for a parameter with no mask before it that takes one.
+std::vector<std::string> split_mask_list(const std::string& list);
+
 class GeneratedMask {
  public:
   GeneratedMask(std::shared_ptr<MaskProviderInstance> provider, lca_mask_handle* handle);

@@ -1,9 +1,13 @@
 // Matrix spec loading; see spec.hpp.
 #include "core/matrix/spec.hpp"
 
+#include "core/plugin/text.hpp"
+
 #include <lca/types.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <stdexcept>
@@ -248,6 +252,9 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
 
 MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path& plugin_dir) {
   std::filesystem::path file;
+  std::error_code ec;
+  if (std::filesystem::is_directory(what, ec))
+    throw std::runtime_error("matrix '" + what + "' is a folder; pass a JSON spec file in it or a preset name");
   const bool looks_like_path = what.find('/') != std::string::npos ||
                                (what.size() > 5 && what.substr(what.size() - 5) == ".json");
   if (looks_like_path) {
@@ -269,11 +276,13 @@ MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path
     }
   }
   std::ifstream in(file);
+  if (!in) throw std::runtime_error("matrix file '" + file.string() + "' cannot be read: " + std::strerror(errno));
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error("matrix spec " + file.string() + ": not valid JSON: " + e.what());
+    // The parser's message quotes the bytes where it stopped, which may not be UTF-8.
+    throw std::runtime_error(valid_utf8("matrix spec " + file.string() + ": not valid JSON: " + e.what()));
   }
   MatrixSpec spec = parse_matrix_spec(doc, file);
   if (what == "all") {

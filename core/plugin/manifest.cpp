@@ -1,6 +1,8 @@
 // Manifest parsing and validation; see manifest.hpp.
 #include "core/plugin/manifest.hpp"
 
+#include "core/plugin/text.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <fstream>
@@ -232,7 +234,7 @@ int parse_cc(const std::string& s) {
 
 ManifestError::ManifestError(std::filesystem::path file, int line, std::string field,
                              std::string reason)
-    : std::runtime_error(format_error(file, line, field, reason)),
+    : std::runtime_error(valid_utf8(format_error(file, line, field, reason))),
       file_(std::move(file)),
       line_(line),
       field_(std::move(field)),
@@ -260,6 +262,13 @@ bool KernelCaps::supports_dtype(const std::string& dtype) const {
 
 Manifest parse_manifest(const std::filesystem::path& file, const nlohmann::json& schema) {
   const std::string text = read_file(file);
+  // Before the JSON parser: its message quotes the bad bytes, which no record could hold.
+  if (const size_t bad = first_invalid_utf8(text); bad != std::string::npos) {
+    const auto [line, col] = line_col_of_offset(text, bad);
+    throw ManifestError(file, line, "",
+                        "not valid UTF-8 (column " + std::to_string(col) + ", byte " + std::to_string(bad) +
+                            "); save the manifest as UTF-8");
+  }
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);

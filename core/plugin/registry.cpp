@@ -1,6 +1,8 @@
 // Plugin discovery and loading; see registry.hpp.
 #include "core/plugin/registry.hpp"
 
+#include "core/plugin/text.hpp"
+
 #include <lca/abi.h>
 
 #include <boost/dll/shared_library.hpp>
@@ -73,6 +75,17 @@ std::string check_descriptor(const Manifest& m, const lca_plugin_descriptor* d) 
   return "";
 }
 
+// A refusal when the manifest's library resolves (links followed) outside the plugin folder, else "".
+std::string library_outside(const Manifest& m, const std::filesystem::path& real_dir) {
+  std::error_code ec;
+  const auto resolved = std::filesystem::weakly_canonical(m.library_path(), ec);
+  if (ec) return "";  // the checks that follow name what is wrong with it
+  const auto [d, l] = std::mismatch(real_dir.begin(), real_dir.end(), resolved.begin(), resolved.end());
+  if (d == real_dir.end() && l != resolved.end()) return "";
+  return "library '" + m.library + "' resolves to '" + resolved.string() + "', outside the plugin folder '" +
+         real_dir.string() + "'; put the library in the folder and name it relative to it";
+}
+
 lca_host_info make_host_info(const std::string& plugin_dir, const std::string& data_dir,
                              const std::string& config) {
   return lca_host_info{sizeof(lca_host_info), LCA_ABI_VERSION, plugin_dir.c_str(),
@@ -82,16 +95,47 @@ lca_host_info make_host_info(const std::string& plugin_dir, const std::string& d
 }  // namespace
 
 Registry Registry::load(const std::filesystem::path& dir) {
-  if (!std::filesystem::is_directory(dir))
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir))
     throw std::runtime_error("plugin folder '" + dir.string() +
                              "' does not exist; build first (make build) or pass --plugins DIR");
   Registry reg;
-  reg.dir_ = std::filesystem::absolute(dir);
+  reg.dir_ = fs::absolute(dir);
   const nlohmann::json schema = load_schema(reg.dir_);
+  std::error_code ec;
+  const fs::path real_dir = fs::canonical(reg.dir_, ec);
+  if (ec) throw std::runtime_error("plugin folder '" + dir.string() + "': " + ec.message());
 
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(reg.dir_))
-    if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path());
+  // Each entry on its own: a link loop, a file without read permission or a dangling link
+  // refuses that entry, never the folder.
+  std::vector<fs::path> files;
+  fs::directory_iterator it(reg.dir_, ec);
+  if (ec) throw std::runtime_error("plugin folder '" + dir.string() + "' cannot be read: " + ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) {
+      spdlog::warn("plugin folder '{}': listing stopped: {}", reg.dir_.string(), ec.message());
+      break;
+    }
+    const fs::path path = it->path();
+    if (path.extension() != ".json") continue;
+    std::error_code entry_ec;
+    const bool regular = it->is_regular_file(entry_ec);
+    std::string why;
+    std::error_code link_ec;
+    if (entry_ec && entry_ec == std::errc::no_such_file_or_directory && it->is_symlink(link_ec)) {
+      why = "is a symbolic link to nothing ('" + fs::read_symlink(path, link_ec).string() + "')";
+    } else if (entry_ec) {
+      why = "cannot be read: " + entry_ec.message();
+    } else if (!regular) {
+      continue;  // a folder or a device named *.json is not a manifest
+    }
+    if (!why.empty()) {
+      reg.refusals_.push_back({path, valid_utf8("refused manifest " + path.string() + ": " + why)});
+      spdlog::warn("{}", reg.refusals_.back().message);
+      continue;
+    }
+    files.push_back(path);
+  }
   std::sort(files.begin(), files.end());
 
   std::set<std::pair<std::string, std::string>> seen;
@@ -105,14 +149,16 @@ Registry Registry::load(const std::filesystem::path& dir) {
       continue;
     }
     const auto key = std::make_pair(rec.manifest.kind, rec.manifest.name);
-    if (!seen.insert(key).second) {
-      rec.refusal = "another " + rec.manifest.kind + " named '" + rec.manifest.name +
-                    "' is already loaded; rename one of them";
-    } else if (!std::filesystem::exists(rec.manifest.library_path())) {
-      rec.refusal = "library '" + rec.manifest.library_path().string() +
-                    "' named by the manifest is missing; build it or fix the 'library' field";
-    } else {
-      try {
+    try {
+      if (!seen.insert(key).second) {
+        rec.refusal = "another " + rec.manifest.kind + " named '" + rec.manifest.name +
+                      "' is already loaded; rename one of them";
+      } else if (auto outside = library_outside(rec.manifest, real_dir); !outside.empty()) {
+        rec.refusal = outside;
+      } else if (!fs::exists(rec.manifest.library_path())) {
+        rec.refusal = "library '" + rec.manifest.library_path().string() +
+                      "' named by the manifest is missing; build it or fix the 'library' field";
+      } else {
         rec.library = std::make_shared<boost::dll::shared_library>(
             rec.manifest.library_path().string(), boost::dll::load_mode::rtld_lazy |
                                                       boost::dll::load_mode::rtld_local);
@@ -124,10 +170,14 @@ Registry Registry::load(const std::filesystem::path& dir) {
           rec.descriptor = entry();
           rec.refusal = check_descriptor(rec.manifest, rec.descriptor);
         }
-      } catch (const std::exception& e) {
-        rec.refusal = std::string("library does not load: ") + e.what();
       }
+    } catch (const fs::filesystem_error& e) {
+      rec.refusal = "library '" + rec.manifest.library_path().string() + "' cannot be read: " + e.code().message();
+    } catch (const std::exception& e) {
+      rec.refusal = std::string("library does not load: ") + e.what();
     }
+    // The library's own name and messages come from outside the host: records must hold them.
+    rec.refusal = valid_utf8(rec.refusal);
     rec.loaded = rec.refusal.empty();
     if (!rec.loaded) {
       spdlog::warn("refused plugin {} ({}): {}", rec.manifest.name, file.filename().string(),
@@ -140,7 +190,31 @@ Registry Registry::load(const std::filesystem::path& dir) {
     }
     reg.plugins_.push_back(std::move(rec));
   }
+  reg.warn_unknown_masks();
   return reg;
+}
+
+// A warning, not a refusal: masks come from mask providers, which are plugins too; a provider
+// refused or not yet installed in this folder would otherwise take down every kernel that names
+// its patterns. Cells of an unknown mask are refused when a matrix asks for them.
+void Registry::warn_unknown_masks() {
+  std::set<std::string> known;
+  for (const auto* p : loaded("mask_provider"))
+    for (const auto& pattern : p->manifest.patterns) known.insert(pattern.name);
+  if (known.empty()) return;  // no provider at all: every run says so; one warning a mask is noise
+  for (const auto& p : plugins_) {
+    if (!p.loaded) continue;
+    const std::vector<std::string>* masks = p.kind() == "kernel" && !p.manifest.kernel.any_mask ? &p.manifest.kernel.masks
+                                            : p.kind() == "cp_strategy" && !p.manifest.cp.any_mask ? &p.manifest.cp.masks
+                                                                                                   : nullptr;
+    if (masks == nullptr) continue;
+    for (const auto& m : *masks) {
+      if (known.count(m)) continue;
+      warnings_.push_back(valid_utf8(p.manifest.file.string() + ": " + p.kind() + " " + p.name() +
+                                     " lists mask '" + m + "', which no loaded mask provider makes (see `lcahost masks`)"));
+      spdlog::warn("{}", warnings_.back());
+    }
+  }
 }
 
 std::vector<const PluginRecord*> Registry::loaded(const std::string& kind) const {

@@ -45,13 +45,17 @@ class CPStrategyInstance;
 
 class Registry {
  public:
-  // Scans `dir` for *.json manifests (not recursive). Never throws for a bad plugin: it is
-  // recorded as refused and the rest load. Throws std::runtime_error if `dir` does not exist.
+  // Scans `dir` for *.json manifests (not recursive). Never throws for a bad plugin or a bad
+  // entry of the folder (a link loop, a file it may not read): it is recorded as refused and the
+  // rest load. A manifest's library must resolve inside `dir`. Throws std::runtime_error if `dir`
+  // does not exist or cannot be listed.
   static Registry load(const std::filesystem::path& dir);
 
   const std::filesystem::path& dir() const { return dir_; }
   const std::vector<PluginRecord>& plugins() const { return plugins_; }
   const std::vector<Refusal>& refusals() const { return refusals_; }
+  // Loaded plugins that name what nothing provides (a mask no provider makes): one line each.
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
   // Loaded plugins of one kind, in name order.
   std::vector<const PluginRecord*> loaded(const std::string& kind) const;
@@ -74,6 +78,9 @@ class Registry {
   std::filesystem::path dir_;
   std::vector<PluginRecord> plugins_;
   std::vector<Refusal> refusals_;
+  std::vector<std::string> warnings_;
+
+  void warn_unknown_masks();
 };
 
 // Host-side handle on a kernel object. Holds the library alive.

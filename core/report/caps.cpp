@@ -1,6 +1,8 @@
 // Capability tables; see caps.hpp.
 #include "core/report/caps.hpp"
 
+#include "core/plugin/text.hpp"
+
 #include <algorithm>
 #include <iomanip>
 #include <stdexcept>
@@ -64,7 +66,7 @@ void print_plugin_list(const Registry& registry, const std::string& format, std:
                    {"status", p.loaded ? "loaded" : "refused"}, {"reason", p.refusal}});
     for (const auto& r : registry.refusals())
       j.push_back({{"manifest", r.file.string()}, {"status", "refused"}, {"reason", r.message}});
-    out << j.dump(2) << "\n";
+    out << dump_json(j, 2) << "\n";
     return;
   }
   std::vector<std::vector<std::string>> rows;
@@ -96,7 +98,7 @@ void print_caps(const Registry& registry, const std::vector<std::string>& all_ma
                    {"gqa", c.gqa}, {"backward", c.backward}, {"varlen", c.varlen},
                    {"masks", masks}, {"any_mask", c.any_mask}, {"reference", c.reference}});
     }
-    out << j.dump(2) << "\n";
+    out << dump_json(j, 2) << "\n";
     return;
   }
   std::vector<std::vector<std::string>> rows;

@@ -15,23 +15,60 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lca::core {
 
+// How a results file is opened. A file that exists and is not empty is never replaced unless
+// `force`; `append` (resume) needs one with a run record in it (or none at all).
+struct ResultsFileOptions {
+  bool append = false;
+  bool force = false;
+  // Files this run reads (the matrix spec): the results file must not be one of them.
+  std::vector<std::pair<std::filesystem::path, std::string>> inputs;  // path, what it is
+};
+
+// Writes a results file: every line in one write(2), checked, so that a full disk or a lost
+// device is an error naming the file and what was written before stays.
+// Lifetime: holds an exclusive lock (flock) on the .jsonl from construction to destruction; a
+// second writer of the same file, in this process or another, is refused with the holder's pid.
 class ResultsWriter {
  public:
-  // append: keep what is there (resume); otherwise start a new file. The CSV is <stem>.csv.
-  ResultsWriter(const std::filesystem::path& jsonl, bool append);
+  // The CSV twin is <stem>.csv beside a regular file (none for a device such as /dev/full).
+  // Throws std::runtime_error naming the file and the fix.
+  ResultsWriter(const std::filesystem::path& jsonl, const ResultsFileOptions& options);
+  ~ResultsWriter();
+  ResultsWriter(const ResultsWriter&) = delete;
+  ResultsWriter& operator=(const ResultsWriter&) = delete;
+
   void write_run(const nlohmann::json& run_info);
   void write_cell(const CellResult& r);
   void write_summary(const nlohmann::json& summary);
+  // Flushes to the disk (fsync) and closes; throws where that fails. The destructor closes too,
+  // silently.
+  void finish();
   const std::filesystem::path& path() const { return jsonl_path_; }
 
  private:
+  void write_line(int fd, const std::filesystem::path& file, const std::string& line);
   std::filesystem::path jsonl_path_;
-  std::ofstream jsonl_;
-  std::ofstream csv_;
+  std::filesystem::path csv_path_;
+  int jsonl_fd_ = -1;
+  int csv_fd_ = -1;
 };
+
+// What a results file holds, for --resume: whether it has a run record (it is a results file),
+// and which lines are not JSON (cut short by a crash mid-write).
+struct ResultsFileState {
+  bool exists = false;
+  uintmax_t bytes = 0;
+  bool has_run_record = false;
+  int lines = 0;
+  std::vector<int> broken_lines;  // 1-based
+  bool last_line_torn = false;    // the last line has no '\n' and is not JSON
+};
+ResultsFileState inspect_results_file(const std::filesystem::path& jsonl);
 
 // Keys (Cell::key) of the cells already in a results file; missing file = empty set.
 std::set<std::string> completed_cell_keys(const std::filesystem::path& jsonl);

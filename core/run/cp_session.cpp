@@ -16,6 +16,7 @@
 #include <iomanip>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -163,6 +164,17 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
   SessionSummary summary;
   const bool root = control.rank() == 0;
   const int W = world.size();
+  // Every rank parses the same text, so every rank refuses it alike, before the first collective.
+  nlohmann::json cp_options;
+  try {
+    cp_options = nlohmann::json::parse(cp.options_json);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error("--cp-options '" + cp.options_json + "' is not valid JSON (" + e.what() +
+                             "); give an object, e.g. '{\"ulysses_degree\":2}'");
+  }
+  if (!cp_options.is_object())
+    throw std::runtime_error("--cp-options '" + cp.options_json + "' is not a JSON object; give one, e.g. "
+                             "'{\"ulysses_degree\":2}'");
   const std::string dev = device_name(be);
   std::vector<const PluginRecord*> strategies;
   if (cp.strategies.size() == 1 && cp.strategies[0] == "*") {
@@ -200,16 +212,36 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
     for (const auto& m : spec.masks) mask_specs.push_back(MaskSpec::parse(m));
   }
 
+  // Rank 0 alone writes; every rank learns whether it could, so that a refused results file
+  // (in use, not a results file, an input, full) ends every rank instead of leaving the others
+  // waiting in a collective.
+  auto agree_on = [&](const std::string& error, const char* what) {
+    if (reduce(control, error.empty() ? 0.0 : 1.0, LCA_REDUCE_MAX) > 0)
+      throw std::runtime_error(root ? error : std::string("rank 0 ") + what + " (its message says why)");
+  };
   std::unique_ptr<ResultsWriter> writer;
+  std::set<std::string> done;
+  std::string open_error;
   if (root && !options.out.empty()) {
-    writer = std::make_unique<ResultsWriter>(options.out, options.resume);
-    nlohmann::json run = options.environment;
-    run["cp"] = {{"world_size", W}, {"local_size", world.local_size()}, {"backend", world.backend()},
-                 {"device", dev}, {"kernel", cp.kernel}, {"options", nlohmann::json::parse(cp.options_json)}};
-    if (!cp.ranks.empty()) run["cp"]["ranks"] = cp.ranks;
-    run["matrix"] = matrix_record(spec);
-    writer->write_run(run);
+    try {
+      ResultsFileOptions file_options;
+      file_options.append = options.resume;
+      file_options.force = options.force;
+      if (!spec.source.empty()) file_options.inputs.push_back({spec.source, "the matrix spec"});
+      writer = std::make_unique<ResultsWriter>(options.out, file_options);
+      if (options.resume) done = completed_cell_keys(options.out);
+      nlohmann::json run = options.environment;
+      run["cp"] = {{"world_size", W}, {"local_size", world.local_size()}, {"backend", world.backend()},
+                   {"device", dev}, {"kernel", cp.kernel}, {"options", cp_options}};
+      if (!cp.ranks.empty()) run["cp"]["ranks"] = cp.ranks;
+      run["matrix"] = matrix_record(spec);
+      run["resumed"] = done.size();
+      writer->write_run(run);
+    } catch (const std::exception& e) {
+      open_error = e.what();
+    }
   }
+  agree_on(open_error, "could not write the results file");
   TablePrinter table(out);
   if (root) {
     out << "# lca cp matrix '" << spec.name << "': world size " << W << " on " << dev << " (" << world.backend()
@@ -234,6 +266,12 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                 const bool bwd = pass == "bwd";
                 CellResult r;
                 r.cell = Cell{srec->name() + "/" + cp.kernel, dev, mspec, S, heads, D, dtype_name, pass, ""};
+                // Only rank 0 read the resumed file: it tells the others which cells are done.
+                if (options.resume &&
+                    reduce(control, root && done.count(r.cell.key()) ? 1.0 : 0.0, LCA_REDUCE_MAX) > 0) {
+                  ++summary.resumed;
+                  continue;
+                }
                 const auto t0 = std::chrono::steady_clock::now();
                 std::optional<CellFailure> failure;
                 try {
@@ -458,8 +496,16 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                   r.cp_ranks = nullptr;
                 }
                 r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                std::string write_error;
+                if (root && writer) {
+                  try {
+                    writer->write_cell(r);
+                  } catch (const std::exception& e) {
+                    write_error = e.what();
+                  }
+                }
+                agree_on(write_error, "could not write the results file");
                 if (root) {
-                  if (writer) writer->write_cell(r);
                   ++summary.counts[to_string(r.status)];
                   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
                   table.row(index, total, r, elapsed, elapsed / index * (total - index));
@@ -471,6 +517,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
     table.summary(summary.counts, elapsed);
     if (writer) {
       writer->write_summary({{"counts", summary.counts}, {"elapsed_s", elapsed}});
+      writer->finish();
       out << "# results: " << writer->path().string() << " (and .csv)\n";
     }
   }

@@ -1,6 +1,8 @@
 // Running a cell in a child process; see isolate.hpp.
 #include "core/run/isolate.hpp"
 
+#include "core/plugin/text.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,7 +19,7 @@ namespace lca::core {
 CellResult run_isolated(const std::vector<std::string>& argv_prefix, const Cell& cell, double timeout_s) {
   std::vector<std::string> args = argv_prefix;
   args.push_back("--cell");
-  args.push_back(cell.to_json().dump());
+  args.push_back(dump_json(cell.to_json()));
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

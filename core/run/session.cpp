@@ -7,7 +7,9 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <utility>
 
 namespace lca::core {
 
@@ -24,6 +26,16 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
   std::vector<Cell> cells = expand_cells(spec, registry, masks, devices);
   summary.cells = cells.size();
 
+  // The results file is opened (and locked) before its cells are read, so that no other run
+  // can add to it in between; a dry run writes nothing and opens nothing.
+  std::unique_ptr<ResultsWriter> writer;
+  if (!options.dry_run && !options.out.empty()) {
+    ResultsFileOptions file_options;
+    file_options.append = options.resume;
+    file_options.force = options.force;
+    if (!spec.source.empty()) file_options.inputs.push_back({spec.source, "the matrix spec"});
+    writer = std::make_unique<ResultsWriter>(options.out, file_options);
+  }
   if (options.resume && !options.out.empty()) {
     const auto done = completed_cell_keys(options.out);
     std::vector<Cell> left;
@@ -40,20 +52,38 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
 
   TablePrinter table(out);
   if (options.dry_run) {
+    // Each runnable cell's mask is made, as the run would make it: parameters the provider
+    // refuses show here, with its message, instead of at run time.
+    std::map<std::pair<std::string, int64_t>, std::string> refused;  // (mask, seqlen) -> message
     table.header();
     for (size_t i = 0; i < cells.size(); ++i) {
       CellResult r;
       r.cell = cells[i];
       r.status = cells[i].skip.empty() ? CellStatus::planned : CellStatus::unsupported;
+      if (cells[i].skip.empty()) {
+        const auto key = std::make_pair(cells[i].mask.label(), cells[i].seqlen);
+        auto it = refused.find(key);
+        if (it == refused.end()) {
+          std::string why;
+          try {
+            masks.generate(cells[i].mask, cells[i].seqlen, spec.seed);
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
+          it = refused.emplace(key, why).first;
+        }
+        if (!it->second.empty()) {
+          r.status = CellStatus::error;
+          r.reason = it->second;
+        }
+      }
       table.row(i + 1, cells.size(), r, 0, 0);
       ++summary.counts[to_string(r.status)];
     }
     return summary;
   }
 
-  std::unique_ptr<ResultsWriter> writer;
-  if (!options.out.empty()) {
-    writer = std::make_unique<ResultsWriter>(options.out, options.resume);
+  if (writer) {
     nlohmann::json run = options.environment;
     run["matrix"] = matrix_record(spec);
     run["cells"] = summary.cells;
@@ -97,6 +127,7 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
   table.summary(summary.counts, elapsed);
   if (writer) {
     writer->write_summary({{"counts", summary.counts}, {"elapsed_s", elapsed}});
+    writer->finish();
     out << "# results: " << writer->path().string() << " (and .csv)\n";
   }
   return summary;

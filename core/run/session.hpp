@@ -21,8 +21,9 @@ namespace lca::core {
 struct SessionOptions {
   std::filesystem::path out;            // results .jsonl ("" = none)
   bool resume = false;                  // skip cells already in `out`, append to it
+  bool force = false;                   // replace an existing `out` (otherwise refused)
   bool isolate = false;                 // each cell in a child process
-  double cell_timeout_s = 0;            // with isolate; 0 = the spec's, else none
+  double cell_timeout_s = 0;            // with isolate; 0 = the spec's
   std::vector<std::string> child_argv;  // with isolate: the command that runs one cell
   bool dry_run = false;
   int threads = 0;

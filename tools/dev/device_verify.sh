@@ -136,7 +136,7 @@ PY
   if grep -q PASSED "$work/test_flex_flash_$tag.log" && [ "$(left)" -gt 60 ]; then
     timeout "$(left)" build-gpu/bin/lcahost --plugins build-gpu/plugins \
       --matrix "$work/variant-matrix.json" --masks "${VARIANT_MASKS:-full,causal,causal_document}" \
-      --out "$work/flex-kernels-16k-$tag.jsonl" 2>&1 | tee "$work/run-$tag.log" | grep -v " X  " | tail -12
+      --out "$work/flex-kernels-16k-$tag.jsonl" --force 2>&1 | tee "$work/run-$tag.log" | grep -v " X  " | tail -12
   fi
   stamp "variant $variant done"
   save
@@ -211,7 +211,7 @@ if has peers && [ "$(left)" -gt 60 ]; then
   peers=$(ls build-gpu/plugins/ | sed -n 's/^liblca_\(torch_[a-z_]*\)\.so$/\1/p' | paste -sd, -)
   timeout "$(left)" build-gpu/bin/lcahost --plugins build-gpu/plugins --matrix kernels-16k \
     --kernels "flex_flash,cudnn_sdpa,$peers" --masks "${PEER_MASKS:-full,causal,causal_document}" \
-    --out "$work/peers-kernels-16k.jsonl" 2>&1 | grep -v " X  " | tail -40
+    --out "$work/peers-kernels-16k.jsonl" --force 2>&1 | grep -v " X  " | tail -40
   stamp "peers run done"
   save
 fi

@@ -33,7 +33,7 @@ PY
     for mask in ${masks//,/ }; do
       log="$out/ncu-$mask-$seqlen-$pass.log"
       "$ncu_bin" --metrics "$metrics" --kernel-name "regex:$kernels" "$build/bin/lcahost" --plugins "$build/plugins" \
-        --matrix "$matrix" --kernels flex_flash ${NCU_OPTIONS:+--kernel-options "flex_flash=$NCU_OPTIONS"} --masks "$mask" --no-check --out "$out/res-$mask-$seqlen-$pass.jsonl" \
+        --matrix "$matrix" --kernels flex_flash ${NCU_OPTIONS:+--kernel-options "flex_flash=$NCU_OPTIONS"} --masks "$mask" --no-check --out "$out/res-$mask-$seqlen-$pass.jsonl" --force \
         > "$log" 2>&1 ||
         { echo "ncu_breakdown: $mask $seqlen $pass failed, see $log" >&2; exit 1; }
     done

@@ -238,5 +238,81 @@ TEST_F(Cli, OtherBadCommandLines) {
   EXPECT_HAS(r.err, "--matrix");
 }
 
+// A manifest that is not UTF-8 is refused by its file name in every command, and a run still
+// writes a whole results file whose run record names it (in bytes a JSON reader takes).
+TEST(CliText, ManifestNotUtf8IsRefusedByNameInEveryCommand) {
+  PluginFolder folder;
+  folder.with_masks().with_reference().with_cases({"good", "manifest_utf8"});
+  TempDir work("lca_cli_utf8");
+  write_text(work / "one.json", R"({"kernels": ["fx_good"], "masks": ["causal"], "seqlens": [32], "heads": ["1:1"],
+      "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 0, "repeats": 1})");
+  const std::string refusal = "fx_bad_utf8.json:7: not valid UTF-8";
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"list"}, {"caps"}, {"masks"}, {"--matrix", (work / "one.json").string(), "--dry-run"}}) {
+    const auto r = run_lcahost(folder.path(), args);
+    EXPECT_EQ(r.exit_code, 0) << args[0] << "\n" << describe(r);
+    EXPECT_HAS(r.out + r.err, refusal);
+  }
+  auto r = run_lcahost(folder.path(), {"list", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NO_THROW((void)json::parse(r.out)) << r.out;
+
+  const auto out = work / "r.jsonl";
+  r = run_lcahost(folder.path(), {"--matrix", (work / "one.json").string(), "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_HAS(r.err, refusal);
+  const auto lines = lines_of(read_text(out));
+  ASSERT_EQ(lines.size(), 3u) << "run, cell, summary";
+  for (const auto& line : lines) EXPECT_NO_THROW((void)json::parse(line)) << line;
+  EXPECT_HAS(json::parse(lines[0])["refused_manifests"].dump(), refusal);
+  EXPECT_EQ(json::parse(lines[1])["status"], "ok");
+}
+
+// A log level nobody knows is a warning and the default level, so the error after it still shows
+// (spdlog alone would read it as "off" and silence everything).
+TEST_F(Cli, UnknownLogLevelIsAWarningAndTheDefault) {
+  const auto r = run_process({"/usr/bin/env", "LCA_LOG_LEVEL=wrn", lcahost_path().string(), "--plugins",
+                              folder_.path().string(), "--matrix", "qiuck"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "LCA_LOG_LEVEL='wrn' is not a log level");
+  EXPECT_HAS(r.err, "unknown matrix preset 'qiuck'");
+  const auto quiet = run_process({"/usr/bin/env", "LCA_LOG_LEVEL=error", lcahost_path().string(), "--plugins",
+                                  folder_.path().string(), "--matrix", "qiuck"});
+  EXPECT_LACKS(quiet.err, "refused");
+  EXPECT_HAS(quiet.err, "unknown matrix preset 'qiuck'");
+}
+
+// Numbers out of range, NaN and infinity are refused by the option's name with the range.
+TEST_F(Cli, NumericOptionsAreChecked) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"--threads", "-3"},      {"--cell-timeout", "0"},   {"--cell-timeout", "-1"}, {"--cell-timeout", "nan"},
+      {"--cell-timeout", "inf"}, {"--cell-timeout", "1s"}, {"--warmup-ms", "nan"},    {"--repeat-ms", "-inf"}};
+  for (const auto& [flag, value] : bad) {
+    const auto r = lcahost({"--matrix", "quick", flag, value, "--dry-run"});
+    EXPECT_EQ(r.exit_code, 2) << flag << " " << value << "\n" << describe(r);
+    EXPECT_HAS(r.err, flag);
+  }
+  const auto r = lcahost({"--matrix", "quick", "--cell-timeout", "nan", "--dry-run"});
+  EXPECT_HAS(r.err, "more than 0 and at most");
+}
+
+TEST_F(Cli, MatrixOnAFolderNamesIt) {
+  TempDir dir("lca_matrix_dir");
+  const auto r = lcahost({"--matrix", dir.path().string(), "--dry-run"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, dir.path().string());
+  EXPECT_HAS(r.err, "is a folder");
+}
+
+// --cp-options is read once, before MPI starts and before any cell: one refusal, not one a cell.
+TEST_F(Cli, CpOptionsAreReadBeforeAnything) {
+  auto r = lcahost({"--cp", "ulysses", "--cp-options", "{bad"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "--cp-options '{bad' is not valid JSON");
+  r = lcahost({"--cp", "ulysses", "--cp-options", "[2]"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "not a JSON object");
+}
+
 }  // namespace
 }  // namespace lca::test

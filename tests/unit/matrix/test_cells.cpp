@@ -224,6 +224,32 @@ TEST_F(Expansion, NoMaskProvider) {
   }
 }
 
+// --masks: the comma separates masks and a mask's parameters; a key=value piece continues the
+// mask before it.
+TEST(MaskList, AParameterPieceContinuesTheMaskBeforeIt) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(core::split_mask_list("causal,full"), (V{"causal", "full"}));
+  EXPECT_EQ(core::split_mask_list("global_sliding:window=700,global_tokens=333"),
+            (V{"global_sliding:window=700,global_tokens=333"}));
+  EXPECT_EQ(core::split_mask_list("causal,global_sliding:window=700,global_tokens=333,sliding_window:window=8,full"),
+            (V{"causal", "global_sliding:window=700,global_tokens=333", "sliding_window:window=8", "full"}));
+  EXPECT_EQ(core::split_mask_list("causal_document:dist=uniform:1-9,max_docs=4,*"),
+            (V{"causal_document:dist=uniform:1-9,max_docs=4", "*"}))
+      << "a value may hold ':'";
+  EXPECT_EQ(core::split_mask_list(",causal,,"), (V{"causal"}));
+  const auto parsed = core::MaskSpec::parse(core::split_mask_list("global_sliding:window=700,global_tokens=333")[0]);
+  EXPECT_EQ(parsed.params["window"], 700);
+  EXPECT_EQ(parsed.params["global_tokens"], 333);
+  for (const char* bad : {"window=8", "causal,window=8"}) {
+    try {
+      core::split_mask_list(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("window=8"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(CellJson, RoundTrip) {
   Cell c;
   c.kernel = "fx_good";

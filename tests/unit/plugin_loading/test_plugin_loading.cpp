@@ -3,14 +3,19 @@
 // keeps its library loaded after the registry is gone.
 #include "core/mask/mask_source.hpp"
 #include "core/plugin/registry.hpp"
+#include "core/plugin/text.hpp"
+#include "core/run/environment.hpp"
 #include "core/run/backend.hpp"
 #include "fixture_folder.hpp"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
 #include <vector>
 
 namespace lca::test {
@@ -234,6 +239,141 @@ bool is_loaded(const std::filesystem::path& path) {
   if (h == nullptr) return false;
   dlclose(h);
   return true;
+}
+
+// fx_good's manifest with its "library" field set to `library`, written as `file` in `folder`.
+void write_good_manifest(const PluginFolder& folder, const std::string& file, const std::string& name,
+                         const std::string& library) {
+  std::string text = read_text(fixture_dir("good") / "fx_good.json");
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"\"fx_good\"", "\"" + name + "\""},
+                                 {"\"liblca_fx_good.so\"", "\"" + library + "\""}}) {
+    const auto at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, from.size(), to);
+  }
+  write_text(folder / file, text);
+}
+
+// A library named by a path that leaves the folder is never loaded, whether the path climbs out
+// (".."), is absolute, or is a link inside the folder that points out; the message names the path.
+TEST(Refusal, LibraryOutsideTheFolder) {
+  const std::string r = refusal_of("library_outside", "fx_outside");
+  EXPECT_HAS(r, "../../liblca_fx_outside.so");
+  EXPECT_HAS(r, "outside the plugin folder");
+
+  TempDir elsewhere("lca_outside");
+  std::filesystem::copy_file(fixture_dir("good") / "liblca_fx_good.so", elsewhere / "liblca_fx_good.so");
+  const auto outside_lib = std::filesystem::canonical(elsewhere / "liblca_fx_good.so");
+  PluginFolder folder;
+  folder.with_case("good");
+  write_good_manifest(folder, "fx_climb.json", "fx_climb",
+                      "../" + elsewhere.path().filename().string() + "/liblca_fx_good.so");
+  write_good_manifest(folder, "fx_absolute.json", "fx_absolute", outside_lib.string());
+  std::filesystem::create_symlink(outside_lib, folder / "liblca_fx_linked.so");
+  write_good_manifest(folder, "fx_linked.json", "fx_linked", "liblca_fx_linked.so");
+  const Registry reg = Registry::load(folder.path());
+  for (const char* name : {"fx_climb", "fx_absolute", "fx_linked"}) {
+    const PluginRecord* rec = record(reg, name);
+    ASSERT_NE(rec, nullptr) << name;
+    EXPECT_FALSE(rec->loaded) << name;
+    EXPECT_HAS(rec->refusal, "outside the plugin folder");
+    EXPECT_HAS(rec->refusal, outside_lib.string());
+    expect_one_line(rec->refusal);
+  }
+  EXPECT_FALSE(is_loaded(outside_lib)) << "refused, yet mapped into the host";
+  ASSERT_NE(reg.find("fx_good", "kernel"), nullptr) << "the library inside the folder still loads";
+}
+
+// A link loop, a link to nothing, a manifest it may not read, a library that is a link loop:
+// each refuses its own entry, named, and every other plugin of the folder loads.
+TEST(Registry, ABadEntryRefusesOnlyItself) {
+  PluginFolder folder;
+  folder.with_masks().with_reference().with_case("good");
+  std::filesystem::create_symlink("loop.json", folder / "loop.json");
+  std::filesystem::create_symlink("nowhere.json", folder / "dangling.json");
+  std::filesystem::create_directory(folder / "folder.json");  // not a manifest: ignored
+  std::filesystem::create_symlink("liblca_loop.so", folder / "liblca_loop.so");
+  write_good_manifest(folder, "fx_loop_library.json", "fx_loop_library", "liblca_loop.so");
+  write_good_manifest(folder, "fx_unreadable.json", "fx_unreadable", "liblca_fx_good.so");
+  std::filesystem::permissions(folder / "fx_unreadable.json", std::filesystem::perms::none);
+  const bool root = geteuid() == 0;  // root reads it anyway
+
+  Registry reg;
+  ASSERT_NO_THROW(reg = Registry::load(folder.path()));
+  for (const char* name : {"builtin", "cpu_reference", "fx_good"}) EXPECT_NE(record(reg, name), nullptr) << name;
+  EXPECT_EQ(reg.loaded("kernel").size(), 2u);
+  EXPECT_EQ(reg.loaded("mask_provider").size(), 1u);
+
+  std::map<std::string, std::string> refused;  // file -> message
+  for (const auto& r : reg.refusals()) refused[r.file.filename().string()] = r.message;
+  ASSERT_TRUE(refused.count("loop.json")) << "a link loop";
+  EXPECT_HAS(refused["loop.json"], (folder / "loop.json").string());
+  ASSERT_TRUE(refused.count("dangling.json"));
+  EXPECT_HAS(refused["dangling.json"], "symbolic link to nothing");
+  EXPECT_FALSE(refused.count("folder.json"));
+  if (!root) {
+    ASSERT_TRUE(refused.count("fx_unreadable.json"));
+    EXPECT_HAS(refused["fx_unreadable.json"], "cannot open");
+  }
+  const PluginRecord* loop = record(reg, "fx_loop_library");
+  ASSERT_NE(loop, nullptr);
+  EXPECT_FALSE(loop->loaded);
+  EXPECT_HAS(loop->refusal, "liblca_loop.so");
+  for (const auto& [file, message] : refused) expect_one_line(message);
+  std::filesystem::permissions(folder / "fx_unreadable.json", std::filesystem::perms::owner_all);
+}
+
+// Bytes that are not UTF-8 in a manifest: refused by file name before the JSON parser, whose
+// message would quote them; nothing that reaches a record carries them.
+TEST(Refusal, ManifestNotUtf8NamesTheFile) {
+  const std::string m = manifest_refusal("manifest_utf8", "fx_bad_utf8.json");
+  EXPECT_HAS(m, "fx_bad_utf8.json:7:");  // the description
+  EXPECT_HAS(m, "not valid UTF-8");
+  EXPECT_TRUE(core::is_valid_utf8(m)) << m;
+
+  PluginFolder folder;
+  folder.with_masks().with_reference().with_case("manifest_utf8");
+  const Registry reg = Registry::load(folder.path());
+  const auto env = core::collect_environment(reg);
+  std::string text;
+  ASSERT_NO_THROW(text = env.dump()) << "the run record holds bytes that are not UTF-8";
+  EXPECT_HAS(text, "fx_bad_utf8.json");
+}
+
+// Text from plugins reaches records: bad bytes become U+FFFD, good text is left alone.
+TEST(Text, ValidUtf8ReplacesOnlyWhatIsBroken) {
+  EXPECT_EQ(core::valid_utf8("caf\xc3\xa9 \xe2\x9c\x93"), "caf\xc3\xa9 \xe2\x9c\x93");
+  EXPECT_EQ(core::valid_utf8("caf\xe9!"), "caf\xef\xbf\xbd!");
+  EXPECT_EQ(core::valid_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd") << "an overlong '/'";
+  EXPECT_EQ(core::valid_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd") << "a surrogate";
+  EXPECT_EQ(core::valid_utf8("ab\xf0\x9f"), "ab\xef\xbf\xbd\xef\xbf\xbd") << "cut short at the end";
+  EXPECT_EQ(core::first_invalid_utf8("ok\xff"), 2u);
+  EXPECT_EQ(core::first_invalid_utf8("ok"), std::string::npos);
+  const nlohmann::json j = {{"reason", std::string("bad \xff byte")}};
+  EXPECT_THROW((void)j.dump(), nlohmann::json::type_error) << "what dump_json is for";
+  EXPECT_EQ(nlohmann::json::parse(core::dump_json(j))["reason"], "bad \xef\xbf\xbd byte");
+}
+
+// A kernel that lists a mask no provider makes loads (its provider may come later), with one
+// warning that names the manifest and the mask.
+TEST(Registry, UnknownMaskInAManifestIsAWarning) {
+  PluginFolder folder;
+  folder.with_masks().with_case("good");
+  std::string text = read_text(folder / "fx_good.json");
+  const std::string from = "\"causal\"";
+  const auto at = text.find(from);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, from.size(), "\"causal\", \"no_such_mask\"");
+  write_text(folder / "fx_good.json", text);
+  const Registry reg = Registry::load(folder.path());
+  ASSERT_NE(reg.find("fx_good", "kernel"), nullptr) << "a warning, not a refusal";
+  ASSERT_EQ(reg.warnings().size(), 1u);
+  EXPECT_HAS(reg.warnings()[0], "fx_good.json");
+  EXPECT_HAS(reg.warnings()[0], "'no_such_mask'");
+
+  PluginFolder known;
+  known.with_masks().with_case("good");
+  EXPECT_TRUE(Registry::load(known.path()).warnings().empty()) << "full and causal are builtin masks";
 }
 
 TEST(Lifetime, KernelKeepsItsLibraryAfterTheRegistryIsGone) {

@@ -200,6 +200,14 @@ TEST_F(Report, BadInputAndMissingPythonSayWhy) {
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_HAS(r.err, "cannot run /nonexistent/python3");
   EXPECT_HAS(r.err, "python3-matplotlib");
+
+  // An interpreter that starts but fails before the script can say anything: lcahost says it.
+  setenv("LCA_PYTHON", "/bin/false", 1);
+  r = lcahost({"report", (dir_ / "results.jsonl").string(), "--out", (dir_ / "out").string()});
+  unsetenv("LCA_PYTHON");
+  EXPECT_NE(r.exit_code, 0) << describe(r);
+  EXPECT_HAS(r.err, "the interpreter /bin/false (from LCA_PYTHON) failed");
+  EXPECT_HAS(r.err, "set LCA_PYTHON to a python3 that has matplotlib");
 }
 
 class Compare : public ::testing::Test {

@@ -1,10 +1,12 @@
 // The same runs as a user starts them: lcahost --matrix FILE --out/--resume/--dry-run, with the
 // exit status the shell sees (0 healthy, 3 when a cell FAILed, 2 for a bad command line).
+#include "core/report/results.hpp"
 #include "core/run/runner.hpp"
 #include "run_support.hpp"
 #include "subprocess.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <map>
 #include <set>
@@ -138,6 +140,7 @@ TEST_F(RunCli, TornLastLineIsToleratedByResume) {
   const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--resume", out.string()});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.out.find("4 already in"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("its last line (6) was cut short"), std::string::npos) << "and says so\n" << r.err;
   const Records rec = read_records(out);
   std::set<std::string> keys;
   for (const auto& c : rec.cells) keys.insert(cell_key(c));
@@ -231,6 +234,134 @@ TEST_F(RunCli, OneKernelUnderSeveralLabelsRunsEachRowWithItsOptions) {
   EXPECT_NE(rec.cells[0]["reason"].get<std::string>().find("threads_hint"), std::string::npos) << rec.cells[0].dump();
   EXPECT_EQ(rec.cells[0]["label"], "ref_f64");
   EXPECT_EQ(rec.cells[0]["options"], nlohmann::json::parse(R"({"accumulate": "f64", "threads_hint": 1})"));
+}
+
+// The results file's rules as a user meets them: an existing file is kept unless --force (the
+// message offers --resume), the matrix spec is never overwritten, --resume takes only a results
+// file, and a file another process writes is refused with that process's pid.
+TEST_F(RunCli, ResultsFilesAreNeverOverwrittenByAccident) {
+  const auto tiny = (work_ / "tiny.json").string();
+  const auto out = work_ / "out.jsonl";
+  ASSERT_EQ(lcahost({"--matrix", tiny, "--out", out.string()}).exit_code, 0);
+  const std::string first = read_text(out);
+
+  auto r = lcahost({"--matrix", tiny, "--out", out.string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("'" + out.string() + "' already exists"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--resume " + out.string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(out), first);
+
+  r = lcahost({"--matrix", tiny, "--out", out.string(), "--force"});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(read_records(out).runs.size(), 1u) << "replaced, not appended to";
+
+  const std::string spec = read_text(work_ / "tiny.json");
+  r = lcahost({"--matrix", tiny, "--out", tiny, "--force"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("the matrix spec"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(work_ / "tiny.json"), spec);
+  r = lcahost({"--matrix", tiny, "--resume", tiny});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(read_text(work_ / "tiny.json"), spec);
+
+  write_text(work_ / "notes.txt", "my notes\n");
+  r = lcahost({"--matrix", tiny, "--resume", (work_ / "notes.txt").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("not a results file"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(work_ / "notes.txt"), "my notes\n");
+
+  {
+    core::ResultsFileOptions append;
+    append.append = true;
+    core::ResultsWriter holder(out, append);  // this test's process writes it now
+    r = lcahost({"--matrix", tiny, "--resume", out.string()});
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_NE(r.err.find("is being written by"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("pid " + std::to_string(getpid())), std::string::npos) << r.err;
+  }
+  r = lcahost({"--matrix", tiny, "--resume", out.string()});
+  EXPECT_EQ(r.exit_code, 0) << "the lock went with its writer\n" << describe(r);
+}
+
+// A device that is full and a file that reaches its size limit: an error that names the file,
+// exit status 2, and the lines written before are there.
+TEST_F(RunCli, AFullDiskIsAnErrorAndKeepsWhatWasWritten) {
+  auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--out", "/dev/full"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("cannot write results file '/dev/full'"), std::string::npos) << r.err;
+
+  // ulimit -f 6: 6 KiB, a run record and a few cells of the 16.
+  const auto out = work_ / "limited.jsonl";
+  std::string command = "ulimit -f 6 && exec '" + lcahost_path().string() + "' --plugins '" + folder_.path().string() +
+                        "' --threads 1 --matrix '" + (work_ / "tiny.json").string() + "' --out '" + out.string() + "'";
+  r = run_process({"/bin/bash", "-c", command});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("cannot write results file '" + out.string() + "'"), std::string::npos) << r.err;
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.runs.size(), 1u);
+  EXPECT_GE(rec.cells.size(), 1u);
+  EXPECT_LT(rec.cells.size(), 16u);
+  EXPECT_LE(rec.unparseable, 1) << "at most the line the limit cut";
+  r = run_process({"/bin/bash", "-c", "exec '" + lcahost_path().string() + "' --plugins '" + folder_.path().string() +
+                                          "' --threads 1 --matrix '" + (work_ / "tiny.json").string() +
+                                          "' --resume '" + out.string() + "'"});
+  EXPECT_EQ(r.exit_code, 0) << "and a resume finishes the run\n" << describe(r);
+  std::set<std::string> keys;
+  for (const auto& c : read_records(out).cells) keys.insert(cell_key(c));
+  EXPECT_EQ(keys.size(), 16u);
+}
+
+// A mask with two parameters on the command line (the comma continues its parameters), and
+// --masks repeated; each cell's record carries both parameters.
+TEST_F(RunCli, MasksWithSeveralParameters) {
+  const auto out = work_ / "params.jsonl";
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "cpu_reference", "--masks",
+                          "global_sliding:window=8,global_tokens=3", "--masks", "causal", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const Records rec = read_records(out);
+  std::set<std::string> masks;
+  for (const auto& c : rec.cells) {
+    masks.insert(c["mask_label"].get<std::string>());
+    if (c["mask"] == "global_sliding") {
+      EXPECT_EQ(c["mask_params"]["window"], 8) << c.dump();
+      EXPECT_EQ(c["mask_params"]["global_tokens"], 3) << c.dump();
+    }
+  }
+  EXPECT_EQ(masks, (std::set<std::string>{"causal", "global_sliding:global_tokens=3,window=8"}));
+
+  const auto bad = lcahost({"--matrix", (work_ / "tiny.json").string(), "--masks", "causal,window=8", "--dry-run"});
+  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
+  EXPECT_NE(bad.err.find("--masks"), std::string::npos) << bad.err;
+}
+
+// --dry-run makes each cell's mask: parameters its provider refuses show as ERROR with the
+// provider's message, not as runnable; the exit status says the plan would not run whole.
+TEST_F(RunCli, DryRunShowsMaskParametersTheProviderRefuses) {
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--kernels", "cpu_reference", "--masks",
+                          "sliding_window:window=-5,causal", "--dry-run"});
+  EXPECT_EQ(r.exit_code, 3) << describe(r);
+  EXPECT_NE(r.out.find("ERROR"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mask 'sliding_window:window=-5' at 64 tokens: sliding_window: parameter 'window'"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("plan"), std::string::npos) << "causal is still runnable\n" << r.out;
+}
+
+// A cell timeout can only be kept for a cell in a child process: --cell-timeout runs isolated.
+TEST_F(RunCli, CellTimeoutRunsEachCellIsolated) {
+  write_text(work_ / "hang.json", R"({"kernels": ["fx_hang"], "masks": ["causal"], "seqlens": [32],
+      "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 0, "repeats": 1})");
+  PluginFolder folder;
+  folder.with_masks().with_reference().with_case("hang");
+  const auto out = work_ / "hang.jsonl";
+  const auto r = run_lcahost(folder.path(), {"--matrix", (work_ / "hang.json").string(), "--cell-timeout", "1",
+                                             "--out", out.string()}, 60);
+  EXPECT_FALSE(r.timed_out) << describe(r);
+  EXPECT_NE(r.err.find("runs each cell in a child process"), std::string::npos) << r.err;
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.cells.size(), 1u) << describe(r);
+  EXPECT_EQ(rec.cells[0]["status"], "TIMEOUT");
 }
 
 }  // namespace

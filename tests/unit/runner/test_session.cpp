@@ -7,6 +7,7 @@
 #include "run_support.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <set>
 #include <sstream>
@@ -345,6 +346,114 @@ TEST(ResultsFile, CellRecordsRoundTrip) {
   EXPECT_DOUBLE_EQ(back.check.errors.at("o").rel_l2, 1e-3);
   EXPECT_DOUBLE_EQ(back.plan_info.value("compile_ms", 0.0), 12.5);
   EXPECT_TRUE(core::CellResult::from_json(core::CellResult{}.to_json()).plan_info.is_null());
+}
+
+TEST_F(Session, AnExistingResultsFileIsKeptWithoutForce) {
+  const auto out = results_ / "kept.jsonl";
+  run(kTinySpec, to(out));
+  const std::string first = read_text(out);
+  try {
+    run(kTinySpec, to(out));
+    ADD_FAILURE() << "an existing results file was overwritten";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(out.string()), std::string::npos) << what;
+    EXPECT_NE(what.find("--resume"), std::string::npos) << what;
+  }
+  EXPECT_EQ(read_text(out), first);
+  auto o = to(out);
+  o.force = true;
+  run(kTinySpec, o);
+  EXPECT_EQ(read_records(out).runs.size(), 1u) << "--force starts the file over";
+}
+
+TEST_F(Session, ResumeTakesOnlyAResultsFile) {
+  const auto notes = results_ / "notes.jsonl";
+  write_text(notes, "{\"not\": \"a run record\"}\n");
+  auto o = to(notes);
+  o.resume = true;
+  try {
+    run(kTinySpec, o);
+    ADD_FAILURE() << "resumed into a file without a run record";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a results file"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_text(notes), "{\"not\": \"a run record\"}\n");
+  const auto fresh = results_ / "fresh.jsonl";  // nothing there yet: resume starts it
+  auto f = to(fresh);
+  f.resume = true;
+  EXPECT_EQ(run(kTinySpec, f).resumed, 0u);
+  EXPECT_EQ(read_records(fresh).cells.size(), 16u);
+}
+
+TEST_F(Session, TheMatrixSpecIsNeverTheResultsFile) {
+  const auto spec_file = results_ / "spec.json";
+  write_text(spec_file, kTinySpec);
+  const auto spec = core::parse_matrix_spec(json::parse(kTinySpec), spec_file);
+  auto o = to(spec_file);
+  o.force = true;
+  EXPECT_THROW(core::run_session(*registry_, *masks_, spec, {{"cpu", backend_.get()}}, {}, o, output_),
+               std::runtime_error);
+  EXPECT_EQ(read_text(spec_file), kTinySpec);
+}
+
+// Two writers of one file, here in one process: the second is refused while the first lives,
+// with the holder's pid, and the file is the first one's alone.
+TEST(ResultsFile, ASecondWriterIsRefusedNamingTheHolder) {
+  TempDir dir("lca_lock");
+  const auto out = dir / "r.jsonl";
+  {
+    core::ResultsWriter first(out, {});
+    first.write_run({{"cells", 0}});
+    try {
+      core::ResultsFileOptions force;
+      force.force = true;
+      core::ResultsWriter second(out, force);
+      ADD_FAILURE() << "two writers hold one results file";
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(out.string()), std::string::npos) << what;
+      EXPECT_NE(what.find("pid " + std::to_string(getpid())), std::string::npos) << what;
+    }
+    first.write_summary({{"counts", json::object()}});
+    first.finish();
+  }
+  EXPECT_EQ(read_lines(out).size(), 2u) << "the refused writer emptied nothing";
+  core::ResultsFileOptions append;
+  append.append = true;
+  EXPECT_NO_THROW(core::ResultsWriter again(out, append)) << "the lock went with the first writer";
+}
+
+TEST(ResultsFile, AFullDeviceIsAnErrorNamingTheFile) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  core::ResultsWriter writer("/dev/full", {});
+  try {
+    writer.write_run({{"cells", 1}});
+    ADD_FAILURE() << "a write to /dev/full succeeded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'/dev/full'"), std::string::npos) << e.what();
+  }
+}
+
+// A plugin's message with bytes that are not UTF-8 still makes a record a JSON reader takes.
+TEST(ResultsFile, RecordsAreValidUtf8WhateverThePluginSays) {
+  TempDir dir("lca_utf8");
+  const auto out = dir / "r.jsonl";
+  core::CellResult r;
+  r.cell = core::Cell{"k", "cpu", core::MaskSpec::parse("causal"), 64, {1, 1}, 16, "f32", "fwd", ""};
+  r.status = "ERROR";
+  r.reason = "plan: caf\xe9 \xff";
+  {
+    core::ResultsWriter writer(out, {});
+    writer.write_run({{"cells", 1}});
+    writer.write_cell(r);
+    writer.finish();
+  }
+  const auto lines = read_lines(out);
+  ASSERT_EQ(lines.size(), 2u);
+  json cell;
+  ASSERT_NO_THROW(cell = json::parse(lines[1])) << lines[1];
+  EXPECT_EQ(cell["reason"], "plan: caf\xef\xbf\xbd \xef\xbf\xbd");
 }
 
 TEST(ResultsFile, MissingFileHasNoCells) {

@@ -56,7 +56,8 @@ std::string MaskSpec::label() const {
 
 int64_t mask_area(const lca_mask& mask) {
   int64_t area = 0;
-  for (int64_t i = 0; i < mask.num_slices; ++i) area += lca::slice_area(mask.slices[i]);
+  for (int64_t i = 0; i < mask.num_slices; ++i)
+    area = lca::checked_sum("mask area", area, lca::slice_area(mask.slices[i]));
   return area;
 }
 
@@ -89,6 +90,11 @@ std::shared_ptr<GeneratedMask> MaskSource::generate(const MaskSpec& spec, int64_
     throw std::runtime_error("unknown mask '" + spec.pattern + "'; known masks: " +
                              (known.empty() ? "(no mask provider loaded)" : known));
   }
+  // Before the provider is asked: its slices are O(1) at any length, but the area and every
+  // buffer of the cell are not.
+  if (seqlen < 1 || seqlen > lca::max_seqlen)
+    throw std::runtime_error("mask '" + spec.label() + "': seqlen = " + std::to_string(seqlen) +
+                             " is out of range; allowed: " + lca::seqlen_allowed());
   auto& provider = providers_[entry->provider];
   if (!provider) provider = registry_.make_mask_provider(*registry_.find(entry->provider, "mask_provider"));
   const std::string params = spec.params.dump();

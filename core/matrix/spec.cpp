@@ -118,7 +118,8 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   }
   for (const auto& [device, list] : s.seqlens)
     for (auto n : list)
-      if (n <= 0) bad(source, "seqlens", "lengths must be positive, found " + std::to_string(n));
+      if (n <= 0 || n > lca::max_seqlen)
+        bad(source, "seqlens", std::to_string(n) + " is out of range; allowed: " + lca::seqlen_allowed());
 
   for (const auto& h : list_of<std::string>(doc, "heads", source, {})) {
     HeadConfig hc;

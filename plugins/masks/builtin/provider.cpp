@@ -38,7 +38,7 @@ class BuiltinMaskProvider final : public IMaskProvider {
       names += (names.empty() ? "" : ", ") + p.name;
     }
     if (spec == nullptr) {
-      invalid_argument("builtin: unknown pattern '" + name + "'; allowed: " + names);
+      invalid_argument("builtin: unknown pattern '" + shown(name) + "'; allowed: " + names);
     }
     if (request.seqlen <= 0 || request.seqlen > max_seqlen) {
       invalid_argument(name + ": seqlen = " + std::to_string(request.seqlen) + " is out of range; allowed: " +

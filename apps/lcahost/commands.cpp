@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <charconv>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -44,6 +45,18 @@ CLI::Validator finite_number(double lo, double hi, bool above_lo) {
         return "";
       },
       "NUMBER " + allowed);
+}
+
+CLI::Validator unsigned_64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || text[0] == '-' || text[0] == '+' || ec != std::errc() || end != text.data() + text.size())
+          return "'" + text + "' is not a whole number from 0 to 18446744073709551615";
+        return "";
+      },
+      "UINT64");
 }
 
 spdlog::level::level_enum log_level_from_env(const char* value, spdlog::level::level_enum fallback) {

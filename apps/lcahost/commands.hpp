@@ -63,6 +63,9 @@ struct Options {
 // A CLI11 check: a finite number from lo to hi (lo itself excluded where `above_lo`); NaN and
 // infinities are refused, which CLI::Range lets through.
 CLI::Validator finite_number(double lo, double hi, bool above_lo = false);
+// A CLI11 check: a whole number from 0 to 2^64 - 1 in decimal digits alone (a seed); "-1" and a
+// number past 2^64 are refused rather than wrapped or capped.
+CLI::Validator unsigned_64();
 
 // The log level LCA_LOG_LEVEL names (trace, debug, info, warn, error, critical, off); an unknown
 // name is a warning and `fallback`, never "off".

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   masks->add_option("--show", opt.show_mask, "Pattern to draw");
   masks->add_option("--seqlen", opt.show_seqlen, "Tokens for --show (default 64)");
   masks->add_option("--param", opt.show_params, "Parameter k=v (repeatable)");
-  masks->add_option("--seed", opt.show_seed, "Seed for --show (default 42)");
+  masks->add_option("--seed", opt.show_seed, "Seed for --show (default 42)")->check(lca::app::unsigned_64());
   masks->add_option("--png", opt.show_png, "Also write the mask as a PNG");
   masks->add_option("--width", opt.show_width, "Characters across, 1 to 4096 (default 64)")->check(CLI::Range(1, 4096));
 

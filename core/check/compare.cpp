@@ -1,6 +1,7 @@
 // Checking against the reference; see compare.hpp.
 #include "core/check/compare.hpp"
 
+#include <lca/checked.hpp>
 #include <lca/types.hpp>
 
 #include <algorithm>
@@ -35,11 +36,12 @@ class Buffer {
 std::vector<float> heads_to_host_f32(Backend& be, const void* src, int64_t tokens, int heads, int d,
                                      int32_t dtype, const std::vector<int>& chosen) {
   const size_t es = lca::dtype_size(dtype);
-  const size_t bytes = static_cast<size_t>(tokens) * heads * d * es;
+  const size_t bytes = lca::checked_bytes("check: host copy bytes (tokens x heads x head_dim x dtype size)",
+                                          lca::checked_product("check: host copy elements", tokens, heads, d), es);
   std::unique_ptr<unsigned char[]> raw(new unsigned char[bytes]);
   be.copy_to_host(raw.get(), src, bytes);
   const int64_t nh = static_cast<int64_t>(chosen.size());
-  std::vector<float> out(static_cast<size_t>(tokens * nh * d));
+  std::vector<float> out(static_cast<size_t>(lca::checked_product("check: fp32 copy elements", tokens, nh, d)));
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t hi = 0; hi < nh; ++hi) {
       const int64_t from = (t * heads + chosen[hi]) * d, to = (t * nh + hi) * d;

@@ -3,12 +3,20 @@
 
 #include <lca/types.hpp>
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
 namespace lca::core {
 
 MaskSpec MaskSpec::parse(const std::string& text) {
+  // Parameters travel to the provider as JSON, which holds only UTF-8: refuse here, by name,
+  // rather than with the JSON library's message at the first cell. The text is not echoed.
+  try {
+    (void)nlohmann::json(text).dump();
+  } catch (const nlohmann::json::type_error&) {
+    throw std::invalid_argument("a mask spec is not valid UTF-8 text");
+  }
   MaskSpec spec;
   const auto colon = text.find(':');
   spec.pattern = text.substr(0, colon);
@@ -32,7 +40,8 @@ MaskSpec MaskSpec::parse(const std::string& text) {
         continue;
       }
       const double d = std::stod(value, &used);
-      if (used == value.size()) {
+      // nan and inf would reach the provider as JSON null: leave them text, refused by name.
+      if (used == value.size() && std::isfinite(d)) {
         spec.params[key] = d;
         continue;
       }
@@ -77,7 +86,8 @@ std::string MaskSpec::label() const {
 
 int64_t mask_area(const lca_mask& mask) {
   int64_t area = 0;
-  for (int64_t i = 0; i < mask.num_slices; ++i) area += lca::slice_area(mask.slices[i]);
+  for (int64_t i = 0; i < mask.num_slices; ++i)
+    area = lca::checked_sum("mask area", area, lca::slice_area(mask.slices[i]));
   return area;
 }
 
@@ -101,6 +111,11 @@ const MaskSource::Entry* MaskSource::find(const std::string& pattern) const {
 
 std::shared_ptr<GeneratedMask> MaskSource::generate(const MaskSpec& spec, int64_t seqlen,
                                                     uint64_t seed) {
+  // Before the provider is asked: its slices are O(1) at any length, but the area and every
+  // buffer of the cell are not.
+  if (seqlen < 1 || seqlen > lca::max_seqlen)
+    throw std::runtime_error("mask '" + spec.label() + "': seqlen = " + std::to_string(seqlen) +
+                             " is out of range; allowed: " + lca::seqlen_allowed());
   const auto key = std::make_tuple(spec.label(), seqlen, seed);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   const Entry* entry = find(spec.pattern);

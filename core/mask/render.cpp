@@ -13,7 +13,8 @@ namespace lca::core {
 MaskStats mask_stats(const lca_mask& mask) {
   MaskStats s;
   s.num_slices = mask.num_slices;
-  for (int64_t i = 0; i < mask.num_slices; ++i) s.area += lca::slice_area(mask.slices[i]);
+  for (int64_t i = 0; i < mask.num_slices; ++i)
+    s.area = lca::checked_sum("mask area", s.area, lca::slice_area(mask.slices[i]));
   const double total = static_cast<double>(mask.seqlen_q) * static_cast<double>(mask.seqlen_k);
   s.density = total > 0 ? static_cast<double>(s.area) / total : 0.0;
   return s;
@@ -21,7 +22,8 @@ MaskStats mask_stats(const lca_mask& mask) {
 
 namespace {
 
-int64_t edge(int64_t len, int parts, int64_t i) { return len * i / parts; }
+// floor(len * i / parts) without forming len * i, which wraps for long masks.
+int64_t edge(int64_t len, int64_t parts, int64_t i) { return (len / parts) * i + (len % parts) * i / parts; }
 
 }  // namespace
 
@@ -41,7 +43,7 @@ std::vector<double> density_grid(const lca_mask& mask, int rows, int cols, int r
     const int64_t q0 = edge(sq, rows, r), q1 = edge(sq, rows, r + 1);
     const int64_t n = std::min<int64_t>(q1 - q0, rows_sampled);
     for (int64_t t = 0; t < n; ++t) {
-      sample_q.push_back(q0 + (q1 - q0) * t / n);
+      sample_q.push_back(q0 + edge(q1 - q0, n, t));
       sample_row.push_back(r);
     }
     per_row[r] = n;

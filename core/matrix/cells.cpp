@@ -2,6 +2,7 @@
 #include "core/matrix/cells.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace lca::core {
@@ -38,6 +39,21 @@ nlohmann::json Cell::to_json() const {
   return j;
 }
 
+namespace {
+// A whole number of a record in [lo, hi], never wrapped (nlohmann's get<int> would wrap 2^32 + 64
+// to 64): a record that a crash or a hand edit broke is refused, naming the field.
+int64_t whole_number(const nlohmann::json& j, const char* field, int64_t lo, int64_t hi) {
+  const auto& v = j.at(field);
+  const bool in_range = v.is_number_integer() &&
+                        (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                                                : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi);
+  if (!in_range || v.get<int64_t>() < lo)
+    throw std::runtime_error(std::string("cell record: '") + field + "' must be a whole number from " +
+                             std::to_string(lo) + " to " + std::to_string(hi) + ", found " + v.dump());
+  return v.get<int64_t>();
+}
+}  // namespace
+
 Cell Cell::from_json(const nlohmann::json& j) {
   Cell c;
   c.kernel = j.at("kernel").get<std::string>();
@@ -46,10 +62,11 @@ Cell Cell::from_json(const nlohmann::json& j) {
   c.device = j.value("device", "cpu");
   c.mask.pattern = j.at("mask").get<std::string>();
   c.mask.params = j.value("mask_params", nlohmann::json::object());
-  c.seqlen = j.at("seqlen").get<int64_t>();
-  c.heads.heads_q = j.at("heads_q").get<int>();
-  c.heads.heads_kv = j.at("heads_kv").get<int>();
-  c.head_dim = j.at("head_dim").get<int>();
+  constexpr int64_t kInt = std::numeric_limits<int>::max();
+  c.seqlen = whole_number(j, "seqlen", 1, std::numeric_limits<int64_t>::max());
+  c.heads.heads_q = static_cast<int>(whole_number(j, "heads_q", 1, kInt));
+  c.heads.heads_kv = static_cast<int>(whole_number(j, "heads_kv", 1, kInt));
+  c.head_dim = static_cast<int>(whole_number(j, "head_dim", 1, kInt));
   c.dtype = j.at("dtype").get<std::string>();
   c.pass = j.at("pass").get<std::string>();
   return c;

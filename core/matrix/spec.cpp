@@ -2,13 +2,17 @@
 #include "core/matrix/spec.hpp"
 
 #include "core/plugin/text.hpp"
+#include "core/report/json_brief.hpp"
 
+#include <lca/checked.hpp>
 #include <lca/types.hpp>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <stdexcept>
 #include <type_traits>
@@ -21,14 +25,22 @@ namespace {
   throw std::runtime_error("matrix spec " + source.string() + ": field '" + field + "': " + why);
 }
 
-// nlohmann::json converts 64.7 to the int 64 and -1 to a huge unsigned; counts must be exact.
+// nlohmann::json converts 64.7 to the int 64, -1 to a huge unsigned and 2^32 + 64 to the int 64;
+// counts must be exact and in range.
 template <class T>
 void require_exact(const nlohmann::json& v, const std::filesystem::path& source, const std::string& field) {
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (!v.is_number_integer()) bad(source, field, "must be an integer, found " + v.dump());
-    if constexpr (std::is_unsigned_v<T>) {
-      if (!v.is_number_unsigned() && v.get<int64_t>() < 0)
-        bad(source, field, "must not be negative, found " + v.dump());
+    if (!v.is_number_integer()) bad(source, field, "must be an integer, found " + json_brief(v));
+    using limits = std::numeric_limits<T>;
+    const bool in_range = v.is_number_unsigned()
+                              ? v.get<uint64_t>() <= static_cast<uint64_t>(limits::max())
+                              : v.get<int64_t>() >= static_cast<int64_t>(limits::min()) &&
+                                    (std::is_unsigned_v<T> || v.get<int64_t>() <= static_cast<int64_t>(limits::max()));
+    if (!in_range) {
+      if (std::is_unsigned_v<T> && !v.is_number_unsigned())
+        bad(source, field, "must not be negative, found " + json_brief(v));
+      bad(source, field, "is out of range, found " + json_brief(v) + "; allowed: " + std::to_string(limits::min()) +
+                             " to " + std::to_string(limits::max()));
     }
   }
 }
@@ -182,7 +194,7 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
       "name", "description", "kernels", "exclude_kernels", "masks", "seqlens", "heads", "head_dims", "dtypes",
       "passes", "warmup", "warmup_ms", "repeats", "repeat_ms", "seed", "check", "cell_timeout_s"};
   for (const auto& [key, value] : doc.items())
-    if (!known.count(key)) bad(source, key, "is not a known field (known: kernels, exclude_kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, warmup_ms, repeats, repeat_ms, seed, check, cell_timeout_s)");
+    if (!known.count(key)) bad(source, text_brief(key), "is not a known field (known: kernels, exclude_kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, warmup_ms, repeats, repeat_ms, seed, check, cell_timeout_s)");
 
   MatrixSpec s;
   s.source = source;
@@ -195,7 +207,7 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   if (doc["seqlens"].is_object()) {
     for (const auto& [device, list] : doc["seqlens"].items()) {
       if (device != "cpu" && device != "cuda" && device != "*")
-        bad(source, "seqlens." + device, "devices are cpu, cuda or *");
+        bad(source, "seqlens." + text_brief(device), "devices are cpu, cuda or *");
       s.seqlens[device] = list_of<int64_t>(doc["seqlens"], device.c_str(), source, {});
     }
   } else {
@@ -203,26 +215,30 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   }
   for (const auto& [device, list] : s.seqlens)
     for (auto n : list)
-      if (n <= 0) bad(source, "seqlens", "lengths must be positive, found " + std::to_string(n));
+      if (n <= 0 || n > lca::max_seqlen)
+        bad(source, "seqlens", std::to_string(n) + " is out of range; allowed: " + lca::seqlen_allowed());
 
   for (const auto& h : list_of<std::string>(doc, "heads", source, {})) {
     HeadConfig hc;
     const auto colon = h.find(':');
-    // The whole text must be read: "4:2:1" and "64:8x" are not 4:2 and 64:8.
+    // The whole text must be read: "4:2:1", "64:8x", " 64" and "+64" are not head counts.
     const auto exact_int = [&](const std::string& text) {
-      size_t used = 0;
-      const int n = std::stoi(text, &used);
-      if (used != text.size()) throw std::invalid_argument(text);
+      int n = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      if (ec == std::errc::result_out_of_range)
+        bad(source, "heads", "'" + text_brief(h) + "': " + text_brief(text) + " is out of range; allowed: 1 to " +
+                                 std::to_string(std::numeric_limits<int>::max()));
+      if (ec != std::errc() || end != text.data() + text.size()) throw std::invalid_argument(text);
       return n;
     };
     try {
       hc.heads_q = exact_int(h.substr(0, colon));
       hc.heads_kv = colon == std::string::npos ? hc.heads_q : exact_int(h.substr(colon + 1));
-    } catch (const std::exception&) {
-      bad(source, "heads", "'" + h + "' is not heads_q:heads_kv (e.g. \"64:8\")");
+    } catch (const std::invalid_argument&) {
+      bad(source, "heads", "'" + text_brief(h) + "' is not heads_q:heads_kv (e.g. \"64:8\")");
     }
     if (hc.heads_q <= 0 || hc.heads_kv <= 0 || hc.heads_q % hc.heads_kv != 0)
-      bad(source, "heads", "'" + h + "': heads_q must be a positive multiple of heads_kv");
+      bad(source, "heads", "'" + text_brief(h) + "': heads_q must be a positive multiple of heads_kv");
     s.heads.push_back(hc);
   }
   s.head_dims = list_of<int>(doc, "head_dims", source, {});
@@ -231,11 +247,11 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   s.dtypes = list_of<std::string>(doc, "dtypes", source, {"bf16"});
   for (const auto& d : s.dtypes)
     if (lca::dtype_from_name(d) < 0 || d == "f64")
-      bad(source, "dtypes", "'" + d + "' is not one of f32, f16, bf16");
+      bad(source, "dtypes", "'" + text_brief(d) + "' is not one of f32, f16, bf16");
   for (auto& d : s.dtypes) d = lca::dtype_name(lca::dtype_from_name(d));
   s.passes = list_of<std::string>(doc, "passes", source, {"fwd"});
   for (const auto& p : s.passes)
-    if (p != "fwd" && p != "bwd") bad(source, "passes", "'" + p + "' is not fwd or bwd");
+    if (p != "fwd" && p != "bwd") bad(source, "passes", "'" + text_brief(p) + "' is not fwd or bwd");
   s.warmup = scalar_of<int>(doc, "warmup", source, 1);
   s.repeats = scalar_of<int>(doc, "repeats", source, 3);
   if (s.warmup < 0) bad(source, "warmup", "must be >= 0");
@@ -280,7 +296,7 @@ MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range.406 for 1e309
     // The parser's message quotes the bytes where it stopped, which may not be UTF-8.
     throw std::runtime_error(valid_utf8("matrix spec " + file.string() + ": not valid JSON: " + e.what()));
   }

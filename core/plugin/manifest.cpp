@@ -2,12 +2,15 @@
 #include "core/plugin/manifest.hpp"
 
 #include "core/plugin/text.hpp"
+#include "core/report/json_brief.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <sstream>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace lca::core {
 namespace {
@@ -80,7 +83,7 @@ SchemaViolation validate_at(const nlohmann::json& doc, const nlohmann::json& sch
   }
   if (auto it = schema.find("enum"); it != schema.end()) {
     if (std::find(it->begin(), it->end(), doc) == it->end())
-      return {ptr, "value " + doc.dump() + " is not one of " + it->dump()};
+      return {ptr, "value " + json_brief(doc) + " is not one of " + it->dump()};
   }
   if (auto it = schema.find("minLength"); it != schema.end() && doc.is_string()) {
     if (doc.get<std::string>().size() < it->get<size_t>()) return {ptr, "must not be empty"};
@@ -260,6 +263,27 @@ bool KernelCaps::supports_dtype(const std::string& dtype) const {
   return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
 }
 
+namespace {
+
+// The deepest nesting of arrays and objects, counted without recursion: a manifest's values are
+// printed (`masks`, `caps --format json`) by dump(), which recurses once a level.
+size_t nesting_depth(const nlohmann::json& doc) {
+  size_t deepest = 0;
+  std::vector<std::pair<const nlohmann::json*, size_t>> todo{{&doc, 0}};
+  while (!todo.empty()) {
+    const auto [value, depth] = todo.back();
+    todo.pop_back();
+    if (!value->is_structured()) continue;
+    deepest = std::max(deepest, depth + 1);
+    for (const auto& child : *value) todo.emplace_back(&child, depth + 1);
+  }
+  return deepest;
+}
+
+constexpr size_t kMaxManifestDepth = 32;
+
+}  // namespace
+
 Manifest parse_manifest(const std::filesystem::path& file, const nlohmann::json& schema) {
   const std::string text = read_file(file);
   // Before the JSON parser: its message quotes the bad bytes, which no record could hold.
@@ -278,7 +302,12 @@ Manifest parse_manifest(const std::filesystem::path& file, const nlohmann::json&
     if (auto p = what.find("parse error"); p != std::string::npos) what = what.substr(p);
     throw ManifestError(file, line, "",
                         "not valid JSON (column " + std::to_string(col) + "): " + what);
+  } catch (const nlohmann::json::exception& e) {  // a number past double's range: out_of_range.406
+    throw ManifestError(file, 0, "", std::string("not valid JSON: ") + e.what());
   }
+  if (nesting_depth(doc) > kMaxManifestDepth)
+    throw ManifestError(file, 0, "", "nests arrays and objects deeper than " + std::to_string(kMaxManifestDepth) +
+                                         " levels");
   if (auto v = validate_schema(doc, schema); !v.ok()) {
     std::string field = v.pointer.empty() ? "" : v.pointer.substr(1);
     std::replace(field.begin(), field.end(), '/', '.');

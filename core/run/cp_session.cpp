@@ -6,6 +6,8 @@
 #include "core/run/cp_timing.hpp"
 #include "core/run/runner.hpp"
 
+#include <lca/checked.hpp>
+#include <lca/error.hpp>
 #include <lca/types.hpp>
 #include <spdlog/spdlog.h>
 
@@ -14,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
@@ -262,7 +265,8 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
             for (const auto& dtype_name : spec.dtypes)
               for (const auto& pass : spec.passes) {
                 ++index;
-                const int64_t S = per_rank * W;  // lengths are per rank in CP specs
+                // Lengths are per rank in CP specs; a product past 64 bits is refused in the cell.
+                const int64_t S = lca::product_of(per_rank, W).value_or(std::numeric_limits<int64_t>::max());
                 const bool bwd = pass == "bwd";
                 CellResult r;
                 r.cell = Cell{srec->name() + "/" + cp.kernel, dev, mspec, S, heads, D, dtype_name, pass, ""};
@@ -283,6 +287,20 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                   if (dtype < 0) throw CellFailure(CellStatus::error, "unknown dtype '" + dtype_name + "'");
                   const size_t es = lca::dtype_size(dtype);
                   const int64_t Hq = heads.heads_q, Hkv = heads.heads_kv;
+                  // Every rank computes the same sizes and refuses alike, before any collective.
+                  if (S > lca::max_seqlen)
+                    throw std::runtime_error("E|seqlen = " + std::to_string(per_rank) + " per rank x " + std::to_string(W) +
+                                             " ranks is out of range; allowed: " + lca::seqlen_allowed());
+                  int64_t q_elems = 0, kv_elems = 0;
+                  size_t qb = 0, kb = 0;
+                  try {
+                    q_elems = lca::checked_product("Q elements (seqlen x heads_q x head_dim)", S, Hq, D);
+                    kv_elems = lca::checked_product("K elements (seqlen x heads_kv x head_dim)", S, Hkv, D);
+                    qb = lca::checked_bytes("Q bytes (seqlen x heads_q x head_dim x dtype size)", q_elems, es);
+                    kb = lca::checked_bytes("K bytes (seqlen x heads_kv x head_dim x dtype size)", kv_elems, es);
+                  } catch (const lca::Error& e) {
+                    throw std::runtime_error(std::string("E|") + e.what());
+                  }
                   auto gm = masks.generate(mspec, S, spec.seed);
                   r.area = gm->area();
                   r.flops = attention_flops(r.area, D, static_cast<int>(Hq), bwd);
@@ -430,11 +448,11 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                     std::vector<unsigned char> go, gdq, gdk, gdv;
                     std::vector<float> glse;
                     if (root) {
-                      go.assign(static_cast<size_t>(S * Hq * D) * es, 0);
+                      go.assign(qb, 0);
                       glse.assign(static_cast<size_t>(Hq * S), 0.0f);
                       if (bwd) {
                         gdq.assign(go.size(), 0);
-                        gdk.assign(static_cast<size_t>(S * Hkv * D) * es, 0);
+                        gdk.assign(kb, 0);
                         gdv.assign(gdk.size(), 0);
                       }
                     }
@@ -449,13 +467,12 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                       r.reason = "unchecked: no reference kernel for " + dev + " is loaded";
                     } else if (root) {
                       // The reference reads the global problem where the backend keeps tensors.
-                      const size_t qb = static_cast<size_t>(S * Hq * D) * es, kb = static_cast<size_t>(S * Hkv * D) * es;
                       Tensor tq(be, qb, "the check's Q"), tk(be, kb, "the check's K"), tv(be, kb, "the check's V"),
                           to(be, qb, "the check's O"), tlse(be, glse.size() * 4, "the check's LSE");
                       std::unique_ptr<Tensor> tdo, tdq, tdk, tdv;
-                      be.fill_random(tq.data(), S * Hq * D, dtype, seed(1), 1.0f);
-                      be.fill_random(tk.data(), S * Hkv * D, dtype, seed(2), 1.0f);
-                      be.fill_random(tv.data(), S * Hkv * D, dtype, seed(3), 1.0f);
+                      be.fill_random(tq.data(), q_elems, dtype, seed(1), 1.0f);
+                      be.fill_random(tk.data(), kv_elems, dtype, seed(2), 1.0f);
+                      be.fill_random(tv.data(), kv_elems, dtype, seed(3), 1.0f);
                       be.copy_from_host(to.data(), go.data(), qb);
                       be.copy_from_host(tlse.data(), glse.data(), glse.size() * 4);
                       if (bwd) {
@@ -463,7 +480,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                         tdq = std::make_unique<Tensor>(be, qb, "the check's dQ");
                         tdk = std::make_unique<Tensor>(be, kb, "the check's dK");
                         tdv = std::make_unique<Tensor>(be, kb, "the check's dV");
-                        be.fill_random(tdo->data(), S * Hq * D, dtype, seed(4), 1.0f);
+                        be.fill_random(tdo->data(), q_elems, dtype, seed(4), 1.0f);
                         be.copy_from_host(tdq->data(), gdq.data(), qb);
                         be.copy_from_host(tdk->data(), gdk.data(), kb);
                         be.copy_from_host(tdv->data(), gdv.data(), kb);

@@ -1,6 +1,8 @@
 // Running one cell; see runner.hpp.
 #include "core/run/runner.hpp"
 
+#include <lca/checked.hpp>
+#include <lca/error.hpp>
 #include <lca/types.hpp>
 #include <spdlog/spdlog.h>
 
@@ -48,6 +50,27 @@ class CellMemory {
   Backend& be_;
   std::vector<void*> ptrs_;
 };
+
+// Element counts and bytes of a cell's buffers, checked before its mask is generated or anything
+// of its length allocated: a size that wraps would allocate too little, and the first write would
+// crash (2^62 tokens times 64 dimensions wraps to 0 bytes).
+struct CellSizes {
+  int64_t q_elems = 0, kv_elems = 0, lse_elems = 0;
+  size_t q_bytes = 0, kv_bytes = 0, lse_bytes = 0;
+};
+
+CellSizes cell_sizes(int64_t S, int64_t Hq, int64_t Hkv, int64_t D, size_t es) {
+  if (S < 1 || S > lca::max_seqlen)
+    throw CellFailure(CellStatus::out_of_memory, "seqlen = " + std::to_string(S) + " is out of range; allowed: " + lca::seqlen_allowed());
+  CellSizes z;
+  z.q_elems = lca::checked_product("Q elements (seqlen x heads_q x head_dim)", S, Hq, D);
+  z.kv_elems = lca::checked_product("K elements (seqlen x heads_kv x head_dim)", S, Hkv, D);
+  z.lse_elems = lca::checked_product("LSE elements (heads_q x seqlen)", Hq, S);
+  z.q_bytes = lca::checked_bytes("Q bytes (seqlen x heads_q x head_dim x dtype size)", z.q_elems, es);
+  z.kv_bytes = lca::checked_bytes("K bytes (seqlen x heads_kv x head_dim x dtype size)", z.kv_elems, es);
+  z.lse_bytes = lca::checked_bytes("LSE bytes", z.lse_elems, sizeof(float));
+  return z;
+}
 
 lca_tensor thd(void* data, int32_t dtype, int64_t tokens, int64_t heads, int64_t d) {
   return lca_tensor{sizeof(lca_tensor), dtype, data, {tokens, heads, d}, {heads * d, d, 1}};
@@ -133,7 +156,9 @@ RunnerOptions runner_options(const MatrixSpec& spec) {
 }
 
 uint64_t input_seed(uint64_t run_seed, int64_t S, int hq, int hkv, int d, int which) {
-  const uint64_t problem = mix(run_seed, static_cast<uint64_t>(S * 131 + hq * 7 + hkv * 3 + d));
+  // Unsigned: the same bits as the signed sum had, without its overflow at absurd lengths.
+  const uint64_t problem = mix(run_seed, static_cast<uint64_t>(S) * 131 + static_cast<uint64_t>(hq) * 7 +
+                                             static_cast<uint64_t>(hkv) * 3 + static_cast<uint64_t>(d));
   return mix(problem, static_cast<uint64_t>(which));
 }
 
@@ -251,6 +276,10 @@ CellResult Runner::run_cell(const Cell& cell) {
     r.cell = cell;
     r.status = f.status;
     r.reason = f.what();
+  } catch (const lca::Error& e) {  // a checked size: out of memory (E) when it does not fit
+    r.cell = cell;
+    r.status = status_for(e.status());
+    r.reason = e.what();
   } catch (const std::exception& e) {
     r.cell = cell;
     r.status = CellStatus::error;
@@ -273,6 +302,10 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
     throw CellFailure(CellStatus::unsupported, "no " + cell.device + " device in this run");
   Backend& be = *be_it->second;
   const bool bwd = cell.pass == "bwd";
+  const int32_t dtype = lca::dtype_from_name(cell.dtype);
+  const size_t es = lca::dtype_size(dtype);
+  const int64_t S = cell.seqlen, Hq = cell.heads.heads_q, Hkv = cell.heads.heads_kv, D = cell.head_dim;
+  const CellSizes sizes = cell_sizes(S, Hq, Hkv, D, es);
 
   std::shared_ptr<GeneratedMask> gm;
   try {
@@ -284,9 +317,6 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
   r.area = gm->area();
   r.flops = attention_flops(r.area, cell.head_dim, cell.heads.heads_q, bwd);
 
-  const int32_t dtype = lca::dtype_from_name(cell.dtype);
-  const size_t es = lca::dtype_size(dtype);
-  const int64_t S = cell.seqlen, Hq = cell.heads.heads_q, Hkv = cell.heads.heads_kv, D = cell.head_dim;
   const lca_problem problem{sizeof(lca_problem), dtype, be.type(), be.device_index(), S, S,
                             static_cast<int32_t>(Hq), static_cast<int32_t>(Hkv), static_cast<int32_t>(D),
                             static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
@@ -298,12 +328,12 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
   be.reset_peak();
   CellMemory mem(be);
   CellBuffers buf;
-  const size_t q_bytes = static_cast<size_t>(S * Hq * D) * es, kv_bytes = static_cast<size_t>(S * Hkv * D) * es;
+  const size_t q_bytes = sizes.q_bytes, kv_bytes = sizes.kv_bytes;
   buf.q = mem.alloc(q_bytes, "Q");
   buf.k = mem.alloc(kv_bytes, "K");
   buf.v = mem.alloc(kv_bytes, "V");
   buf.o = mem.alloc(q_bytes, "O");
-  buf.lse = static_cast<float*>(mem.alloc(static_cast<size_t>(Hq * S) * 4, "LSE"));
+  buf.lse = static_cast<float*>(mem.alloc(sizes.lse_bytes, "LSE"));
   if (bwd) {
     buf.d_o = mem.alloc(q_bytes, "dO");
     buf.dq = mem.alloc(q_bytes, "dQ");
@@ -312,12 +342,12 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
   }
   // Inputs depend on the problem and the seed only: every kernel of a problem sees the same.
   auto seed = [&](int which) { return input_seed(options_.seed, S, Hq, Hkv, D, which); };
-  be.fill_random(buf.q, S * Hq * D, dtype, seed(1), 1.0f);
-  be.fill_random(buf.k, S * Hkv * D, dtype, seed(2), 1.0f);
-  be.fill_random(buf.v, S * Hkv * D, dtype, seed(3), 1.0f);
-  if (bwd) be.fill_random(buf.d_o, S * Hq * D, dtype, seed(4), 1.0f);
+  be.fill_random(buf.q, sizes.q_elems, dtype, seed(1), 1.0f);
+  be.fill_random(buf.k, sizes.kv_elems, dtype, seed(2), 1.0f);
+  be.fill_random(buf.v, sizes.kv_elems, dtype, seed(3), 1.0f);
+  if (bwd) be.fill_random(buf.d_o, sizes.q_elems, dtype, seed(4), 1.0f);
   be.poison(buf.o, q_bytes);
-  be.poison(buf.lse, static_cast<size_t>(Hq * S) * 4);
+  be.poison(buf.lse, sizes.lse_bytes);
   be.synchronize();
   const size_t io_bytes = be.current_bytes() - before;
 

@@ -2,6 +2,7 @@
 
 #include "parallel.hpp"
 
+#include <lca/checked.hpp>
 #include <lca/error.hpp>
 #include <lca/types.hpp>
 
@@ -113,7 +114,8 @@ int64_t per_thread_elems(const Shape& s) {
 
 template <class Acc>
 size_t scratch_bytes(const Shape& s, int threads) {
-  return static_cast<size_t>(threads) * static_cast<size_t>(per_thread_elems(s)) * sizeof(Acc);
+  return static_cast<size_t>(checked_product("cpu_reference scratch bytes (threads x elements x size)", threads,
+                                             per_thread_elems(s), sizeof(Acc)));
 }
 
 template <class T, class Acc>
@@ -322,8 +324,11 @@ size_t forward_workspace_bytes(const Shape& shape, Accumulate acc, int threads) 
 
 size_t backward_workspace_bytes(const Shape& shape, Accumulate acc, int threads) {
   const size_t elem = acc == Accumulate::f64 ? sizeof(double) : sizeof(float);
-  return forward_workspace_bytes(shape, acc, threads) +
-         2 * static_cast<size_t>(shape.heads_q * shape.seqlen_q) * elem;
+  const int64_t rows = checked_product("cpu_reference delta and LSE bytes (2 x heads_q x seqlen_q x size)", 2,
+                                       shape.heads_q, shape.seqlen_q, elem);
+  return static_cast<size_t>(
+      checked_sum("cpu_reference backward workspace bytes",
+                  static_cast<int64_t>(forward_workspace_bytes(shape, acc, threads)), rows));
 }
 
 void attention_forward(const Shape& shape, const SliceIndex& index, const lca_fwd_args& args,

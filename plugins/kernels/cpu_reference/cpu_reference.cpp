@@ -61,6 +61,14 @@ Shape validate_problem(const lca_problem& p) {
               std::to_string(p.heads_kv) + ")");
   fail_if(p.head_dim <= 0, LCA_ERR_INVALID_ARGUMENT, "head_dim must be positive");
   fail_if(!std::isfinite(p.softmax_scale), LCA_ERR_INVALID_ARGUMENT, "softmax_scale is not finite");
+  // Every tensor's extent must be a size: a product past 64 bits means the host's buffers are not
+  // what the shapes say (out of memory to the host, never a write past their end here).
+  const size_t es = dtype_size(p.dtype);
+  checked_product("cpu_reference: q/o bytes (seqlen_q x heads_q x head_dim x dtype size)", p.seqlen_q, p.heads_q,
+                  p.head_dim, es);
+  checked_product("cpu_reference: k/v bytes (seqlen_k x heads_kv x head_dim x dtype size)", p.seqlen_k, p.heads_kv,
+                  p.head_dim, es);
+  checked_product("cpu_reference: lse bytes (heads_q x seqlen_q x 4)", p.heads_q, p.seqlen_q, sizeof(float));
   return Shape{p.seqlen_q, p.seqlen_k, p.heads_q, p.heads_kv, p.head_dim, p.softmax_scale, p.dtype};
 }
 

@@ -2,14 +2,17 @@
 
 #include "params.hpp"
 
+#include <lca/checked.hpp>
 #include <lca/error.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 
 namespace lca::masks {
 
@@ -39,35 +42,46 @@ namespace {
 std::string allowed_names() {
   std::string s = "auto";
   for (const auto& n : known_distributions()) s += ", " + n;
-  return s + ", uniform:LO-HI (1 <= LO <= HI)";
+  return s + ", uniform:LO-HI (1 <= LO <= HI <= " + std::to_string(max_seqlen) + ")";
 }
 
-// Weights become integers once, here; after that sampling never touches floating point.
+// Weights become integers once, here; after that sampling never touches floating point. Weights
+// whose sum is not a positive finite number give no ticks (the loader refuses that).
 void set_ticks(DocLengthDistribution& d, const std::vector<double>& weights) {
   double total = 0;
   for (double w : weights) total += w;
   d.ticks.clear();
   d.total_ticks = 0;
+  const bool usable = std::isfinite(total) && total > 0;
   for (double w : weights) {
-    const auto t = static_cast<uint64_t>(std::llround(w / total * 1099511627776.0));  // 2^40
+    const auto t = usable ? static_cast<uint64_t>(std::llround(w / total * 1099511627776.0)) : 0;  // 2^40
     d.ticks.push_back(t);
     d.total_ticks += t;
   }
 }
 
-bool parse_uniform(const std::string& name, DocLengthDistribution* out) {
+// "uniform:LO-HI" with decimal LO and HI, nothing else (no sign, no spaces). Returns false when
+// malformed; refuses bounds out of range by name. HI is capped at max_seqlen: no document is
+// longer than the sequence, and HI + 1 must not wrap.
+bool parse_uniform(const std::string& name, const std::string& pattern, DocLengthDistribution* out) {
   const std::string prefix = "uniform:";
   if (name.rfind(prefix, 0) != 0) return false;
   const std::string body = name.substr(prefix.size());
   const auto dash = body.find('-');
   if (dash == std::string::npos) return false;
-  char* end = nullptr;
-  const long long lo = std::strtoll(body.c_str(), &end, 10);
-  if (end != body.c_str() + dash) return false;
-  const std::string hi_text = body.substr(dash + 1);
-  const long long hi = std::strtoll(hi_text.c_str(), &end, 10);
-  if (hi_text.empty() || end != hi_text.c_str() + hi_text.size()) return false;
-  if (lo < 1 || hi < lo) return false;
+  const auto number = [](const char* first, const char* last, int64_t* v) {
+    const auto [end, ec] = std::from_chars(first, last, *v);
+    if (first == last || end != last || (ec != std::errc() && ec != std::errc::result_out_of_range)) return false;
+    if (ec == std::errc::result_out_of_range) *v = std::numeric_limits<int64_t>::max();
+    return true;
+  };
+  int64_t lo = 0, hi = 0;
+  if (!number(body.data(), body.data() + dash, &lo) || !number(body.data() + dash + 1, body.data() + body.size(), &hi))
+    return false;
+  if (lo < 1 || hi < lo || hi > max_seqlen) {
+    invalid_argument(pattern + ": parameter 'dist' = \"" + shown(name) + "\" is out of range; allowed: " +
+                     "uniform:LO-HI with 1 <= LO <= HI <= " + std::to_string(max_seqlen) + " (document lengths in tokens)");
+  }
   out->name = name;
   out->bins = {{lo, hi + 1}};
   set_ticks(*out, {1.0});
@@ -114,14 +128,14 @@ const DocLengthDistribution& DistributionLibrary::get(const std::string& name,
   if (auto it = cache_.find(name); it != cache_.end()) return it->second;
   DocLengthDistribution d;
   if (name.rfind("uniform:", 0) == 0) {
-    if (!parse_uniform(name, &d)) {
-      invalid_argument(pattern + ": parameter 'dist' = \"" + name + "\" is malformed; allowed: " +
+    if (!parse_uniform(name, pattern, &d)) {
+      invalid_argument(pattern + ": parameter 'dist' = \"" + shown(name) + "\" is malformed; allowed: " +
                        allowed_names());
     }
   } else {
     const auto& known = known_distributions();
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      invalid_argument(pattern + ": parameter 'dist' = \"" + name +
+      invalid_argument(pattern + ": parameter 'dist' = \"" + shown(name) +
                        "\" is not a known distribution; allowed: " + allowed_names());
     }
     d = load_file(dir_ / ("doclen_" + name + ".json"), name, pattern);

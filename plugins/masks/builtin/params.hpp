@@ -22,6 +22,10 @@ struct ParamSpec {
 // Throws lca::Error(LCA_ERR_INVALID_ARGUMENT, message).
 [[noreturn]] void invalid_argument(const std::string& message);
 
+// Text from a request (a name, a key, a value) for a one-line message: control characters as
+// '?', cut near 80 bytes at a character boundary.
+std::string shown(const std::string& text);
+
 class Params {
  public:
   // Parses `json_text` (NULL or empty means "{}") and refuses unknown names and ill-typed values.

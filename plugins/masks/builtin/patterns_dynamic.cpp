@@ -2,6 +2,8 @@
 // LongCA-bench sweeps by sparsity ratio, in CSR form and as slices.
 #include "patterns.hpp"
 
+#include <lca/checked.hpp>
+
 #include <cmath>
 #include <sstream>
 
@@ -29,7 +31,8 @@ void gen_block_sparse(PatternContext& ctx, OwnedMask& mask) {
   mask.num_q_blocks = mask.num_k_blocks = blocks;
   mask.row_offsets.assign(1, 0);
   mask.row_offsets.reserve(blocks + 1);
-  mask.col_indices.reserve(static_cast<size_t>(blocks * kept));
+  mask.col_indices.reserve(
+      static_cast<size_t>(checked_product("block_sparse: key blocks kept (blocks x kept)", blocks, kept)));
   for (int64_t qb = 0; qb < blocks; ++qb) {
     // Selection sampling (Knuth's algorithm S): `kept` distinct key blocks, already ascending.
     int64_t need = kept;

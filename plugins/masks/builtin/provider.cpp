@@ -1,6 +1,7 @@
 // BuiltinMaskProvider: the IMaskProvider behind liblca_builtin.so, exported through the C ABI.
 #include "patterns.hpp"
 
+#include <lca/checked.hpp>
 #include <lca/error.hpp>
 #include <lca/mask_provider.hpp>
 
@@ -37,10 +38,11 @@ class BuiltinMaskProvider final : public IMaskProvider {
       names += (names.empty() ? "" : ", ") + p.name;
     }
     if (spec == nullptr) {
-      invalid_argument("builtin: unknown pattern '" + name + "'; allowed: " + names);
+      invalid_argument("builtin: unknown pattern '" + shown(name) + "'; allowed: " + names);
     }
-    if (request.seqlen <= 0) {
-      invalid_argument(name + ": seqlen = " + std::to_string(request.seqlen) + " is out of range; allowed: seqlen >= 1");
+    if (request.seqlen <= 0 || request.seqlen > max_seqlen) {
+      invalid_argument(name + ": seqlen = " + std::to_string(request.seqlen) + " is out of range; allowed: " +
+                       seqlen_allowed());
     }
     const Params params(name, spec->params, request.params_json);
     Rng rng(request.seed);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <lca/abi.h>
+#include <lca/checked.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -193,21 +194,26 @@ inline void slice_col_range(const lca_slice& s, int64_t k, int64_t* first, int64
   *last = s.q_begin + hi;
 }
 
-// Number of (q, k) cells slice s covers, in closed form.
+// Number of (q, k) cells slice s covers, in closed form: O(1) at any length. Throws
+// lca::Error (checked.hpp) when lq x lk does not fit in 64 bits; every other term is smaller.
 inline int64_t slice_area(const lca_slice& s) {
-  int64_t area = 0;
   const int64_t lq = s.q_end - s.q_begin;
   const int64_t lk = s.k_end - s.k_begin;
   if (lq <= 0 || lk <= 0) return 0;
-  if (s.type == LCA_SLICE_FULL) return lq * lk;
-  // Row lengths are piecewise linear; sum them row by row in O(1) per linear piece would be
-  // tidier, but an O(Lq) loop is exact and cheap next to any attention over the same rows.
-  for (int64_t q = s.q_begin; q < s.q_end; ++q) {
-    int64_t first, last;
-    slice_row_range(s, q, &first, &last);
-    area += last - first;
+  const auto fits = product_of(lq, lk);
+  const int64_t full = fits ? *fits : checked_product(std::string("area of a ") + slice_type_name(s.type) + " slice", lq, lk);
+  switch (s.type) {
+    case LCA_SLICE_FULL: return full;
+    // Row i sees min(lk, i + lk - lq + 1) keys (CAUSAL), or min(lk, lk - i) (INV_CAUSAL), when
+    // positive: the full rectangle less a triangle of lq - 1 rows, or a triangle of lk rows.
+    case LCA_SLICE_CAUSAL:
+    case LCA_SLICE_INV_CAUSAL:
+      return lq <= lk ? full - (lq % 2 == 0 ? (lq / 2) * (lq - 1) : lq * ((lq - 1) / 2))
+                      : (lk % 2 == 0 ? (lk / 2) * (lk + 1) : lk * ((lk + 1) / 2));
+    // Every row sees lk - lq + 1 keys, none when lk < lq.
+    case LCA_SLICE_BI_CAUSAL: return lk >= lq ? lq * (lk - lq + 1) : 0;
+    default: return 0;
   }
-  return area;
 }
 
 }  // namespace lca

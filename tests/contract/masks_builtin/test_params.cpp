@@ -2,11 +2,13 @@
 // seeds, refusal of bad parameters, and multi-million-token generation.
 #include "builtin_fixture.hpp"
 
+#include <lca/checked.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <limits>
 
 namespace lca::test {
 namespace {
@@ -95,6 +97,17 @@ struct Bad {
   std::vector<std::string> must_mention;
 };
 
+// Each request is refused as invalid, in one line that mentions each of its words.
+void expect_refused(BuiltinProvider& p, const std::vector<Bad>& bad) {
+  for (const auto& b : bad) {
+    auto g = p.generate(b.pattern, b.params, b.seqlen, 1);
+    EXPECT_EQ(g.status, LCA_ERR_INVALID_ARGUMENT) << b.pattern << " " << b.params;
+    EXPECT_EQ(g.error.find('\n'), std::string::npos) << g.error;
+    for (const auto& word : b.must_mention)
+      EXPECT_NE(g.error.find(word), std::string::npos) << "'" << g.error << "' does not mention '" << word << "'";
+  }
+}
+
 TEST(masks_builtin, BadParametersAreRefusedWithAClearMessage) {
   auto& p = BuiltinProvider::instance();
   const std::vector<Bad> bad{
@@ -120,13 +133,36 @@ TEST(masks_builtin, BadParametersAreRefusedWithAClearMessage) {
       {"sliding_window", "[1,2]", 1024, {"params_json"}},
       {"no_such_pattern", "{}", 1024, {"no_such_pattern", "causal_document"}},
   };
-  for (const auto& b : bad) {
-    auto g = p.generate(b.pattern, b.params, b.seqlen, 1);
-    EXPECT_EQ(g.status, LCA_ERR_INVALID_ARGUMENT) << b.pattern << " " << b.params;
-    EXPECT_EQ(g.error.find('\n'), std::string::npos) << g.error;
-    for (const auto& word : b.must_mention)
-      EXPECT_NE(g.error.find(word), std::string::npos) << "'" << g.error << "' does not mention '" << word << "'";
-  }
+  expect_refused(p, bad);
+}
+
+// Numbers past 64 bits, or past what a parameter can mean, are refused by name: never wrapped
+// (2^64 - 1 as a JSON unsigned read as -1 is prefix_lm's "draw it"; HI + 1 past 2^63 - 1 wraps).
+TEST(masks_builtin, NumbersOutOfRangeAreRefusedNotWrapped) {
+  auto& p = BuiltinProvider::instance();
+  const std::string max = std::to_string(lca::max_seqlen);
+  const std::vector<Bad> bad{
+      {"causal_document", R"({"dist":"uniform:1-9223372036854775807"})", 1024, {"dist", "9223372036854775807", max}},
+      {"causal_document", R"({"dist":"uniform:1-99999999999999999999"})", 1024, {"dist", max}},
+      {"full_document", R"({"dist":"uniform:0-5"})", 1024, {"dist", "uniform:0-5"}},
+      {"full_document", R"({"dist":"uniform:+1-5"})", 1024, {"dist", "malformed"}},
+      {"full_document", R"({"dist":"uniform: 1-5"})", 1024, {"dist", "malformed"}},
+      {"prefix_lm_causal", R"({"prefix":18446744073709551615})", 1024, {"prefix", "18446744073709551615", "range"}},
+      {"sliding_window", R"({"window":9223372036854775808})", 1024, {"window", "range"}},
+      {"sliding_window", R"({"window":"99999999999999999999"})", 1024, {"window", "range"}},
+      {"sliding_window", R"({"window":1e300})", 1024, {"window", "range"}},
+      {"causal", "{}", int64_t{1} << 40, {"seqlen", "1099511627776", max}},
+      {"full", "{}", int64_t{1} << 62, {"seqlen", max}},
+      {"block_sparse", "{}", std::numeric_limits<int64_t>::max(), {"seqlen", max}},
+  };
+  expect_refused(p, bad);
+  // The edges themselves are accepted.
+  auto edge = p.generate("causal_document", "{\"dist\":\"uniform:1-" + max + "\"}", 4096, 1);
+  ASSERT_EQ(edge.status, LCA_OK) << edge.error;
+  EXPECT_EQ(edge.mask->num_docs, 1);  // one document, cut at the sequence's end
+  auto longest = p.generate("causal", "{}", lca::max_seqlen, 1);
+  ASSERT_EQ(longest.status, LCA_OK) << longest.error;
+  EXPECT_EQ(longest.mask->num_slices, 1);
 }
 
 TEST(masks_builtin, FourMillionTokensQuickly) {

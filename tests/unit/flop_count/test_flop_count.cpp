@@ -159,6 +159,19 @@ TEST(MaskSpec, Parse) {
   EXPECT_THROW(core::MaskSpec::parse("sliding_window:=3"), std::invalid_argument);
 }
 
+// Only finite numbers become numbers: nan and inf would travel as JSON null and be refused as
+// "null"; as text they are refused by what the user wrote. Text that is not UTF-8 cannot travel
+// as JSON at all and is refused here.
+TEST(MaskSpec, NonFiniteNumbersStayTextAndBadUtf8IsRefused) {
+  for (const char* v : {"nan", "inf", "-inf", "1e999"}) {
+    const auto m = core::MaskSpec::parse(std::string("block_sparse:sparsity=") + v);
+    EXPECT_TRUE(m.params["sparsity"].is_string()) << v << ": " << m.params.dump();
+  }
+  EXPECT_TRUE(core::MaskSpec::parse("sliding_window:window=99999999999999999999").params["window"].is_string());
+  EXPECT_THROW(core::MaskSpec::parse("causal_document:dist=\xff\xfe"), std::invalid_argument);
+  EXPECT_THROW(core::MaskSpec::parse("caus\xc3(al"), std::invalid_argument);
+}
+
 TEST(MaskSpec, LabelRoundTrip) {
   for (const char* text : {"causal", "sliding_window:window=4096", "block_sparse:block=64,sparsity=0.25",
                            "causal_document:dist=pile", "global_sliding:global_tokens=-1,window=8"}) {

@@ -294,6 +294,14 @@ TEST_F(Cli, NumericOptionsAreChecked) {
   }
   const auto r = lcahost({"--matrix", "quick", "--cell-timeout", "nan", "--dry-run"});
   EXPECT_HAS(r.err, "more than 0 and at most");
+  // A seed is a whole number of 64 bits: neither wrapped from -1 nor capped past 2^64.
+  for (const char* seed : {"-1", "18446744073709551616", "1e3", "+5", ""}) {
+    const auto m = lcahost({"masks", "--show", "causal", "--seqlen", "64", "--seed", seed});
+    EXPECT_EQ(m.exit_code, 2) << seed << "\n" << describe(m);
+    EXPECT_HAS(m.err, "--seed");
+  }
+  EXPECT_EQ(lcahost({"masks", "--show", "causal", "--seqlen", "64", "--seed", "18446744073709551615"}).exit_code, 0);
+  EXPECT_EQ(lcahost({"masks", "--show", "causal", "--seqlen", "64", "--width", "0"}).exit_code, 2);
 }
 
 TEST_F(Cli, MatrixOnAFolderNamesIt) {

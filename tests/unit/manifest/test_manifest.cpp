@@ -332,5 +332,15 @@ TEST(ValidateSchema, OneOfReportsTheAlternativeMeant) {
   EXPECT_FALSE(core::validate_schema(json(3), s).ok());
 }
 
+// Found by the fuzzers: a number past double's range is a JSON library exception other than a
+// parse error, and a deep value crashes whatever prints it (dump() recurses once a level).
+TEST_F(ManifestFile, NumbersPastDoubleAndDeepNestingAreRefusedByFile) {
+  auto e = refuse(kernel_text({{"head_dims", "[64, 1e309]"}}));
+  EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+  e = refuse(kernel_text({{"gqa", std::string(100000, '[') + "1" + std::string(100000, ']')}}));
+  EXPECT_NE(std::string(e.what()).find("deeper than"), std::string::npos) << e.what();
+  EXPECT_NO_THROW(parse(kernel_text({{"device", R"({"type": "cpu"})"}})));
+}
+
 }  // namespace
 }  // namespace lca::test

@@ -278,6 +278,19 @@ TEST(CellJson, RoundTrip) {
   old.erase("label");
   old.erase("options");
   EXPECT_EQ(Cell::from_json(old).key(), "fx_good|sliding_window:window=8|4096|8:2|128|bf16|bwd");
+  // Numbers of a record are read whole or refused, never wrapped.
+  for (const auto& [field, value] : std::vector<std::pair<const char*, json>>{
+           {"head_dim", json(4294967360ull)}, {"heads_q", json(-8)}, {"heads_kv", json(2.5)},
+           {"seqlen", json(18446744073709551615ull)}, {"seqlen", json(0)}}) {
+    json bad = c.to_json();
+    bad[field] = value;
+    try {
+      Cell::from_json(bad);
+      ADD_FAILURE() << field << " = " << value.dump() << " was read";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 #include "core/matrix/spec.hpp"
 #include "fixture_folder.hpp"
 
+#include <lca/checked.hpp>
+
 #include <gtest/gtest.h>
 
 namespace lca::test {
@@ -117,6 +119,60 @@ TEST(MatrixSpec, BadLengths) {
   m = refusal(with("seqlens", {{"tpu", {128}}}));
   EXPECT_HAS(m, "'seqlens.tpu'");
   EXPECT_HAS(refusal(with("seqlens", {"long"})), "'seqlens'");
+}
+
+// A number past its field's type must be refused, not wrapped: 2^32 + 64 read as an int is 64.
+TEST(MatrixSpec, NumbersOutOfRangeAreRefusedNotWrapped) {
+  std::string m = refusal(with("head_dims", {int64_t{4294967360}}));
+  EXPECT_HAS(m, "'head_dims'");
+  EXPECT_HAS(m, "out of range");
+  EXPECT_HAS(refusal(with("warmup", int64_t{4294967297})), "'warmup'");
+  EXPECT_HAS(refusal(with("repeats", int64_t{4294967299})), "'repeats'");
+  // Stored as JSON unsigned: past int64_t it would read as -1.
+  m = refusal(json::parse(R"({"masks": ["causal"], "seqlens": [18446744073709551615], "heads": ["4:2"],
+                              "head_dims": [64]})"));
+  EXPECT_HAS(m, "'seqlens'");
+  EXPECT_HAS(m, "18446744073709551615");
+  // Lengths whose mask area cannot be counted are refused before anything of their size is made.
+  for (const int64_t n : {int64_t{1} << 40, int64_t{1} << 62, lca::max_seqlen + 1}) {
+    m = refusal(with("seqlens", {n}));
+    EXPECT_HAS(m, "'seqlens'");
+    EXPECT_HAS(m, std::to_string(n));
+    EXPECT_HAS(m, std::to_string(lca::max_seqlen));
+  }
+  EXPECT_EQ(parse(with("seqlens", {lca::max_seqlen})).seqlens_for("cpu"), std::vector<int64_t>{lca::max_seqlen});
+  // Head counts: past int, or not only digits.
+  m = refusal(with("heads", {"99999999999:1"}));
+  EXPECT_HAS(m, "'heads'");
+  EXPECT_HAS(m, "out of range");
+  EXPECT_HAS(refusal(with("heads", {"4:4294967298"})), "'heads'");
+  EXPECT_HAS(refusal(with("heads", {" 64:8"})), "'heads'");
+  EXPECT_HAS(refusal(with("heads", {"+64:8"})), "'heads'");
+}
+
+// Found by the fuzzers: a number past double's range is a JSON library exception other than a
+// parse error, and printing a deep value with dump() overflows the stack.
+TEST(MatrixSpec, NumbersPastDoubleAndDeepValuesAreRefusedByFile) {
+  TempDir dir;
+  const fs::path file = dir / "spec.json";
+  write_text(file, R"({"masks": ["causal"], "seqlens": [1e309], "heads": ["4:2"], "head_dims": [64]})");
+  try {
+    core::load_matrix_spec(file.string(), dir.path());
+    ADD_FAILURE() << "accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_HAS(std::string(e.what()), file.string());
+    EXPECT_HAS(std::string(e.what()), "not valid JSON");
+  }
+  const std::string deep = std::string(200000, '[') + "1" + std::string(200000, ']');
+  write_text(file, R"({"masks": ["causal"], "seqlens": )" + deep + R"(, "heads": ["4:2"], "head_dims": [64]})");
+  try {
+    core::load_matrix_spec(file.string(), dir.path());
+    ADD_FAILURE() << "accepted";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_HAS(m, "'seqlens'");
+    EXPECT_LT(m.size(), 400u) << "the value is shown in brief";
+  }
 }
 
 TEST(MatrixSpec, OtherBadFields) {

@@ -1,10 +1,10 @@
 # lcahost_cp_np2_by_time (CMakeLists.txt): two strategies on one mask with --warmup 1
-# --warmup-ms 60 --repeats 1 --repeat-ms 60; every ok cell must report more than one warm-up call
+# --warmup-ms 300 --repeats 1 --repeat-ms 300; every ok cell must report more than one warm-up call
 # and more than one timed call.
 file(REMOVE ${OUT})
 execute_process(COMMAND ${MPIEXEC} --oversubscribe --allow-run-as-root -np 2 ${LCAHOST} --plugins ${PLUGINS}
-                        --cp ulysses,ring_p2p --matrix cp-quick --masks causal --warmup 1 --warmup-ms 60
-                        --repeats 1 --repeat-ms 60 --out ${OUT}
+                        --cp ulysses,ring_p2p --matrix cp-quick --masks causal --warmup 1 --warmup-ms 300
+                        --repeats 1 --repeat-ms 300 --out ${OUT}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "lcahost --cp exited ${rc}\n${out}\n${err}")
@@ -18,23 +18,23 @@ foreach(line IN LISTS lines)
       message(FATAL_ERROR "an ok cell without warmup_calls: ${line}")
     endif()
     if(CMAKE_MATCH_1 LESS 2)
-      message(FATAL_ERROR "--warmup-ms 60 made ${CMAKE_MATCH_1} warm-up calls: ${line}")
+      message(FATAL_ERROR "--warmup-ms 300 made ${CMAKE_MATCH_1} warm-up calls: ${line}")
     endif()
     # The timed calls' list: more than one entry (a comma inside it).
     if(NOT line MATCHES "\"all\":\\[[-0-9.eE+]+,")
-      message(FATAL_ERROR "--repeat-ms 60 made one timed call: ${line}")
+      message(FATAL_ERROR "--repeat-ms 300 made one timed call: ${line}")
     endif()
   endif()
 endforeach()
 if(cells EQUAL 0)
   message(FATAL_ERROR "no ok cell in ${OUT}\n${out}")
 endif()
-file(STRINGS ${OUT} runs REGEX "\"warmup_ms\":60")
+file(STRINGS ${OUT} runs REGEX "\"warmup_ms\":300")
 if(NOT runs)
-  message(FATAL_ERROR "the run record does not say warmup_ms 60")
+  message(FATAL_ERROR "the run record does not say warmup_ms 300")
 endif()
-file(STRINGS ${OUT} runs REGEX "\"repeat_ms\":60")
+file(STRINGS ${OUT} runs REGEX "\"repeat_ms\":300")
 if(NOT runs)
-  message(FATAL_ERROR "the run record does not say repeat_ms 60")
+  message(FATAL_ERROR "the run record does not say repeat_ms 300")
 endif()
-message(STATUS "${cells} cells, each warmed up for 60 ms and timed for 60 ms")
+message(STATUS "${cells} cells, each warmed up for 300 ms and timed for 300 ms")

@@ -14,7 +14,8 @@ ParamSpec window_param() {
 ParamSpec dist_param() {
   return {"dist", "string", "auto",
           "document-length distribution: pile, prolong64k, prolong512k, chatqa, uniform:LO-HI, or "
-          "auto (pile up to 12K tokens, prolong64k up to 64K, prolong512k beyond)"};
+          "auto (pile up to 12K tokens, prolong64k up to 64K, prolong512k beyond); long:<dist> puts "
+          "40% of the tokens in documents of <dist> and 60% in documents of 8K-30K tokens, shuffled"};
 }
 
 ParamSpec prefix_param(const char* doc) { return {"prefix", "int", -1, doc}; }

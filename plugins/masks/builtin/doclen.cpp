@@ -42,7 +42,8 @@ namespace {
 std::string allowed_names() {
   std::string s = "auto";
   for (const auto& n : known_distributions()) s += ", " + n;
-  return s + ", uniform:LO-HI (1 <= LO <= HI <= " + std::to_string(max_seqlen) + ")";
+  return s + ", uniform:LO-HI (1 <= LO <= HI <= " + std::to_string(max_seqlen) +
+         "), or long:<any of these>";
 }
 
 // Weights become integers once, here; after that sampling never touches floating point. Weights
@@ -150,6 +151,31 @@ std::vector<int64_t> pack_documents(const DocLengthDistribution& dist, int64_t s
     filled += std::min(dist.sample(rng), seqlen - filled);
     offsets.push_back(filled);
   }
+  return offsets;
+}
+
+int64_t long_share_short_tokens(int64_t seqlen) { return seqlen / 5 * 2 + seqlen % 5 * 2 / 5; }
+
+std::vector<int64_t> pack_long_documents(const DocLengthDistribution& short_dist, int64_t seqlen, Rng& rng) {
+  DocLengthDistribution long_dist;
+  long_dist.name = "long documents";
+  long_dist.bins = {{long_document_min, long_document_max}};
+  long_dist.ticks = {1};
+  long_dist.total_ticks = 1;
+  const int64_t short_tokens = long_share_short_tokens(seqlen);
+  std::vector<int64_t> lengths;
+  const auto add_lengths = [&](const DocLengthDistribution& dist, int64_t tokens) {
+    if (tokens <= 0) return;
+    const auto offsets = pack_documents(dist, tokens, rng);
+    for (size_t i = 1; i < offsets.size(); ++i) lengths.push_back(offsets[i] - offsets[i - 1]);
+  };
+  add_lengths(short_dist, short_tokens);
+  add_lengths(long_dist, seqlen - short_tokens);
+  // Fisher-Yates through Rng, so that the order is the seed's on every machine.
+  for (size_t i = lengths.size(); i > 1; --i) std::swap(lengths[i - 1], lengths[rng.below(i)]);
+  std::vector<int64_t> offsets{0};
+  offsets.reserve(lengths.size() + 1);
+  for (int64_t len : lengths) offsets.push_back(offsets.back() + len);
   return offsets;
 }
 

@@ -1,6 +1,7 @@
 // Document-length distributions (histograms from manifests/data/doclen_<name>.json, or a
 // synthetic "uniform:LO-HI") and the packer that samples documents to exactly seqlen tokens.
-// Used by the document patterns of the builtin mask provider.
+// Used by the document patterns of the builtin mask provider. "long:<dist>" mixes <dist> with
+// long documents as LongCA-bench's full_document_long and causal_document_long do.
 // Rule: sampling goes through Rng and integer weights only, so a seed packs the same everywhere.
 #pragma once
 
@@ -49,5 +50,15 @@ class DistributionLibrary {
 // cu_seqlens of documents drawn from `dist` until exactly `seqlen` tokens (the last one cut):
 // offsets[0] = 0, offsets.back() = seqlen, strictly increasing.
 std::vector<int64_t> pack_documents(const DocLengthDistribution& dist, int64_t seqlen, Rng& rng);
+
+// The "long:<dist>" form. The first floor(seqlen x 2/5) tokens' worth of documents come from
+// `short_dist`, the rest from long_document_bins (the last of each share cut to fit, so a share
+// shorter than the long minimum is one shorter document); the documents are then shuffled.
+// Same offsets contract as pack_documents.
+inline constexpr const char* long_prefix = "long:";
+inline constexpr int64_t long_document_min = 8 * 1024;   // inclusive
+inline constexpr int64_t long_document_max = 30 * 1024;  // exclusive, as histogram bins are
+int64_t long_share_short_tokens(int64_t seqlen);
+std::vector<int64_t> pack_long_documents(const DocLengthDistribution& short_dist, int64_t seqlen, Rng& rng);
 
 }  // namespace lca::masks

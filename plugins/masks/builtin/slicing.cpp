@@ -56,9 +56,21 @@ int64_t length_param(PatternContext& ctx, const std::string& name, int64_t lo) {
 }
 
 const std::vector<int64_t>& sample_documents(PatternContext& ctx, OwnedMask& mask) {
-  const std::string name = resolve_distribution_name(ctx.params.get_string("dist"), ctx.seqlen);
+  std::string name = ctx.params.get_string("dist");
+  const std::string prefix = long_prefix;
+  const bool long_form = name.rfind(prefix, 0) == 0;
+  if (long_form) {
+    name = name.substr(prefix.size());
+    if (name.empty() || name.rfind(prefix, 0) == 0) {
+      invalid_argument(ctx.params.pattern() + ": parameter 'dist' = \"" + shown(ctx.params.get_string("dist")) +
+                       "\" is malformed; allowed: long:<dist> with one short distribution, e.g. long:auto or long:pile");
+    }
+  }
+  // "auto" chooses by the whole sequence in the long form too, as LongCA-bench passes one
+  // distribution for both.
+  name = resolve_distribution_name(name, ctx.seqlen);
   const auto& dist = ctx.dists.get(name, ctx.params.pattern());
-  mask.doc_offsets = pack_documents(dist, ctx.seqlen, ctx.rng);
+  mask.doc_offsets = long_form ? pack_long_documents(dist, ctx.seqlen, ctx.rng) : pack_documents(dist, ctx.seqlen, ctx.rng);
   return mask.doc_offsets;
 }
 

@@ -32,7 +32,8 @@ std::vector<Case> cases_for(int64_t s) {
   std::vector<Case> c;
   c.push_back({"full", "{}", [](auto&, auto&) { return [](int64_t, int64_t) { return true; }; }});
   c.push_back({"causal", "{}", [](auto&, auto&) { return [](int64_t q, int64_t k) { return k <= q; }; }});
-  for (const std::string dist : {dist_small, std::string("\"dist\":\"pile\""), std::string("\"dist\":\"chatqa\"")}) {
+  for (const std::string dist : {dist_small, std::string("\"dist\":\"pile\""), std::string("\"dist\":\"chatqa\""),
+                                 std::string("\"dist\":\"long:uniform:3-11\""), std::string("\"dist\":\"long:auto\"")}) {
     c.push_back({"full_document", "{" + dist + "}", [](const lca_mask& m, auto&) {
                    auto id = doc_ids(m);
                    return Predicate([id](int64_t q, int64_t k) { return id[q] == id[k]; });
@@ -189,6 +190,91 @@ TEST(masks_builtin, UniformDocumentsStayInRange) {
     const int64_t len = m.doc_offsets[d + 1] - m.doc_offsets[d];
     EXPECT_LE(len, 90);
     if (d + 1 < m.num_docs) EXPECT_GE(len, 50);
+  }
+}
+
+// The long form: documents of <dist> hold floor(2/5 x seqlen) tokens, documents of 8192..30719
+// tokens the rest; one document of each share may be cut, and the two are interleaved.
+struct LongSplit {
+  int64_t short_tokens = 0, long_tokens = 0, short_docs = 0, long_docs = 0, between = 0;
+  int64_t first_long = -1, last_long = -1, first_short = -1, last_short = -1;
+};
+
+LongSplit split_by_length(const lca_mask& m, int64_t short_max) {
+  LongSplit r;
+  for (int64_t d = 0; d < m.num_docs; ++d) {
+    const int64_t len = m.doc_offsets[d + 1] - m.doc_offsets[d];
+    EXPECT_LT(len, 30 * 1024) << "document " << d;
+    if (len <= short_max) {
+      r.short_tokens += len;
+      ++r.short_docs;
+      if (r.first_short < 0) r.first_short = d;
+      r.last_short = d;
+    } else {
+      r.long_tokens += len;
+      ++r.long_docs;
+      if (len < 8 * 1024) ++r.between;
+      if (r.first_long < 0) r.first_long = d;
+      r.last_long = d;
+    }
+  }
+  return r;
+}
+
+TEST(masks_builtin, LongDocumentsHoldSixtyPercentShuffled) {
+  auto& p = BuiltinProvider::instance();
+  const int64_t s = 1 << 22;
+  const int64_t short_share = s * 2 / 5;
+  for (const char* pattern : {"full_document", "causal_document"}) {
+    auto g = p.generate(pattern, R"({"dist":"long:uniform:50-90"})", s, 5);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    const lca_mask& m = *g.mask;
+    expect_packing(m);
+    EXPECT_EQ(m.num_slices, m.num_docs);
+    const LongSplit r = split_by_length(m, 90);
+    // The cut short document stays short; the cut long one may fall to 90 tokens or fewer.
+    EXPECT_LE(r.between, 1);
+    EXPECT_GE(r.short_tokens, short_share);
+    EXPECT_LE(r.short_tokens, short_share + 90);
+    EXPECT_NEAR(static_cast<double>(r.long_tokens) / s, 0.6, 0.001);
+    EXPECT_GT(r.long_docs, 100);
+    EXPECT_GT(r.short_docs, 10000);
+    // Shuffled: neither share is one contiguous run at either end.
+    EXPECT_LT(r.first_long, r.last_short);
+    EXPECT_LT(r.first_short, r.last_long);
+  }
+  // The real short distributions too, chosen by length as auto does.
+  auto g = p.generate("causal_document", R"({"dist":"long:auto"})", 131072, 3);
+  ASSERT_EQ(g.status, LCA_OK) << g.error;
+  expect_packing(*g.mask);
+}
+
+TEST(masks_builtin, LongDocumentsAreTheSeeds) {
+  auto& p = BuiltinProvider::instance();
+  const auto docs = [&](uint64_t seed) {
+    auto g = p.generate("causal_document", R"({"dist":"long:pile"})", 262144, seed);
+    EXPECT_EQ(g.status, LCA_OK) << g.error;
+    return std::vector<int64_t>(g.mask->doc_offsets, g.mask->doc_offsets + g.mask->num_docs + 1);
+  };
+  EXPECT_EQ(docs(9), docs(9));
+  EXPECT_NE(docs(9), docs(10));
+}
+
+// Sequences shorter than the long minimum: the long share is one document of its whole size.
+TEST(masks_builtin, LongShareShorterThanALongDocumentIsOneDocument) {
+  auto& p = BuiltinProvider::instance();
+  for (int64_t s : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{1000}, int64_t{13651}, int64_t{13653}}) {
+    auto g = p.generate("full_document", R"({"dist":"long:uniform:1-1"})", s, 4);
+    ASSERT_EQ(g.status, LCA_OK) << s << ": " << g.error;
+    const lca_mask& m = *g.mask;
+    expect_packing(m);
+    const int64_t long_share = s - s * 2 / 5;
+    EXPECT_EQ(m.num_docs, s * 2 / 5 + (long_share > 1 ? 1 : long_share)) << s;
+    if (long_share > 1) {
+      int64_t found = 0;
+      for (int64_t d = 0; d < m.num_docs; ++d) found += m.doc_offsets[d + 1] - m.doc_offsets[d] == long_share;
+      EXPECT_EQ(found, 1) << s;
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include "builtin_fixture.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <cstdlib>
 #include <string>
@@ -275,6 +276,23 @@ TEST(masks_builtin, LongShareShorterThanALongDocumentIsOneDocument) {
       for (int64_t d = 0; d < m.num_docs; ++d) found += m.doc_offsets[d + 1] - m.doc_offsets[d] == long_share;
       EXPECT_EQ(found, 1) << s;
     }
+  }
+}
+
+// block_sparse is the paper's uniform block mask: every key block is kept by about the same share
+// of query blocks (5 standard deviations of a fair draw), wherever it lies, for both block sizes.
+TEST(masks_builtin, BlockSparseKeepsKeyBlocksUniformly) {
+  auto& p = BuiltinProvider::instance();
+  for (int b : {64, 128}) {
+    const int64_t n = 1000;
+    auto g = p.generate("block_sparse", "{" + js("block", b) + ",\"sparsity\":0.25}", n * b, 17);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    const lca_block_sparse& bs = *g.mask->block_sparse;
+    ASSERT_EQ(bs.num_q_blocks, n);
+    std::vector<int64_t> count(n, 0);
+    for (int64_t i = 0; i < bs.row_offsets[n]; ++i) ++count[bs.col_indices[i]];
+    const double expected = n * 0.25, sd = std::sqrt(n * 0.25 * 0.75);
+    for (int64_t k = 0; k < n; ++k) EXPECT_NEAR(count[k], expected, 5 * sd) << "key block " << k << ", block " << b;
   }
 }
 

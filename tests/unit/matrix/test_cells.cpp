@@ -134,6 +134,21 @@ TEST_F(Expansion, StarAndExcludes) {
   EXPECT_EQ(cells.size(), 2u * 14u);
 }
 
+// paper-sparse where no torch_flex nor sparse peer is built: the one CUDA kernel's 96 cells
+// (8 masks x 3 lengths x 2 head configs x 2 passes), the CPU kernels none (no CPU lengths).
+TEST_F(Expansion, PaperSparseRunsWithTheKernelsThatAreBuilt) {
+  const auto cells = expand(core::load_matrix_spec("paper-sparse", "/nonexistent"));
+  std::set<std::string> masks;
+  for (const auto& c : cells) {
+    EXPECT_EQ(c.kernel, "fx_cuda");
+    EXPECT_EQ(c.mask.pattern, "block_sparse");
+    masks.insert(c.mask.label());
+  }
+  EXPECT_EQ(masks.size(), 8u);
+  EXPECT_EQ(cells.size(), 96u);
+  EXPECT_NO_THROW(find(cells, "fx_cuda", "block_sparse:block=128,sparsity=0.75", 131072, "64:8", 128, "bf16", "bwd"));
+}
+
 TEST_F(Expansion, UnknownKernelNamesItAndTheLoadedOnes) {
   try {
     expand(spec(R"({"kernels": ["flash9"], "masks": ["full"], "seqlens": [64], "heads": ["1:1"], "head_dims": [16]})"));

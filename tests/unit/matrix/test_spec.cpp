@@ -290,7 +290,30 @@ TEST(MatrixPresets, EveryPresetInTheTreeParses) {
   }
   EXPECT_GE(count, 2);
   const auto names = core::preset_names("/nonexistent");
-  for (const char* n : {"all", "quick"}) EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  for (const char* n : {"all", "quick", "paper-dense", "paper-sparse"}) EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+}
+
+// LongCA-bench's block-sparse study: both block sizes, four kept fractions, MHA and GQA, 32K-128K,
+// fwd and bwd; every loaded kernel less the references, so a kernel that is not built is no error.
+TEST(MatrixPresets, PaperSparseIsTheBlockSparseStudy) {
+  const MatrixSpec s = core::load_matrix_spec("paper-sparse", "/nonexistent");
+  EXPECT_EQ(s.kernels, std::vector<core::KernelEntry>{core::KernelEntry("*")});
+  for (const char* k : {"cuda_reference", "cpu_reference"})
+    EXPECT_NE(std::find(s.exclude_kernels.begin(), s.exclude_kernels.end(), k), s.exclude_kernels.end()) << k;
+  for (const char* k : {"flex_flash", "torch_flex"})
+    EXPECT_EQ(std::find(s.exclude_kernels.begin(), s.exclude_kernels.end(), k), s.exclude_kernels.end()) << k;
+  std::vector<std::string> masks;
+  for (int b : {64, 128})
+    for (const char* kept : {"0.1", "0.25", "0.5", "0.75"})
+      masks.push_back("block_sparse:block=" + std::to_string(b) + ",sparsity=" + kept);
+  EXPECT_EQ(s.masks, masks);
+  EXPECT_EQ(s.seqlens_for("cuda"), (std::vector<int64_t>{32768, 65536, 131072}));
+  ASSERT_EQ(s.heads.size(), 2u);
+  EXPECT_EQ(s.heads[0].label(), "32:32");
+  EXPECT_EQ(s.heads[1].label(), "64:8");
+  EXPECT_EQ(s.head_dims, std::vector<int>{128});
+  EXPECT_EQ(s.dtypes, std::vector<std::string>{"bf16"});
+  EXPECT_EQ(s.passes, (std::vector<std::string>{"fwd", "bwd"}));
 }
 
 TEST(MatrixPresets, AllMeansEveryKernelAndMask) {

@@ -160,8 +160,7 @@ std::vector<int64_t> pack_long_documents(const DocLengthDistribution& short_dist
   DocLengthDistribution long_dist;
   long_dist.name = "long documents";
   long_dist.bins = {{long_document_min, long_document_max}};
-  long_dist.ticks = {1};
-  long_dist.total_ticks = 1;
+  set_ticks(long_dist, {1.0});
   const int64_t short_tokens = long_share_short_tokens(seqlen);
   std::vector<int64_t> lengths;
   const auto add_lengths = [&](const DocLengthDistribution& dist, int64_t tokens) {

@@ -51,9 +51,9 @@ class DistributionLibrary {
 // offsets[0] = 0, offsets.back() = seqlen, strictly increasing.
 std::vector<int64_t> pack_documents(const DocLengthDistribution& dist, int64_t seqlen, Rng& rng);
 
-// The "long:<dist>" form. The first floor(seqlen x 2/5) tokens' worth of documents come from
-// `short_dist`, the rest from long_document_bins (the last of each share cut to fit, so a share
-// shorter than the long minimum is one shorter document); the documents are then shuffled.
+// The "long:<dist>" form: documents of `short_dist` hold floor(seqlen x 2/5) tokens, documents
+// of long_document_min..long_document_max the rest (the last of each share cut to fit, so a long
+// share under long_document_min is one document); the documents are then shuffled.
 // Same offsets contract as pack_documents.
 inline constexpr const char* long_prefix = "long:";
 inline constexpr int64_t long_document_min = 8 * 1024;   // inclusive

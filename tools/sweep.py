@@ -37,26 +37,24 @@ from lca_report import results  # noqa: E402  (tools/ is on sys.path: the script
 from lca_sweep import draw, plan, report  # noqa: E402
 
 
-def positive_int(text):
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer")
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return n
-
-
-def non_negative(kind):
+def at_least(kind, minimum):
+    """An argparse type: a number of `kind` (int or float), refused below `minimum`."""
     def parse(text):
         try:
             x = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not a number")
-        if x < 0:
-            raise argparse.ArgumentTypeError(f"{text} must not be negative")
+            raise argparse.ArgumentTypeError(f"'{text}' is not {'an integer' if kind is int else 'a number'}")
+        if x < minimum:
+            raise argparse.ArgumentTypeError(f"{text} must be at least {minimum}")
         return x
     return parse
+
+
+positive_int = at_least(int, 1)
+
+
+def non_negative(kind):
+    return at_least(kind, 0)
 
 
 def kernel_list(text):

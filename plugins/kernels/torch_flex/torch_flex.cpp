@@ -5,7 +5,7 @@
 // timed region (compile times come back through plan_info); forward()/backward() wrap the
 // host's buffers as DLPack capsules (no copy) and call the Plan on the host's stream.
 #include "flex_mask.hpp"
-#include "python_runtime.hpp"
+#include "plugins/kernels/torch_common/python_runtime.hpp"
 
 #include <lca/lca.hpp>
 
@@ -24,6 +24,8 @@
 
 namespace lca_torch_flex {
 namespace {
+
+using namespace lca_torch;  // the embedded interpreter (torch_common/python_runtime.hpp)
 
 using lca::Error;
 

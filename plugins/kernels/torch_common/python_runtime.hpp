@@ -1,7 +1,7 @@
-// The embedded CPython interpreter of torch_flex: started once per process, references that
-// release themselves, the GIL, Python errors as lca::Error, and DLPack capsules that hand lca's
-// device buffers to torch without a copy.
-// Used by torch_flex.cpp only.
+// The embedded CPython interpreter of the peers that run their kernel in Python: started once
+// per process (all such peers in one process share it), references that release themselves,
+// the GIL, Python errors as lca::Error, and DLPack capsules that hand lca's device buffers to
+// torch without a copy. Used by torch_flex and every other Python-run peer plugin.
 // Rule: every call into Python holds the GIL (a Gil in scope); nothing here finalises the
 // interpreter (torch's extension modules do not survive Py_Finalize).
 #pragma once
@@ -14,12 +14,12 @@
 #include <string>
 #include <utility>
 
-namespace lca_torch_flex {
+namespace lca_torch {
 
 // Starts the interpreter once per process (later calls check what the first one found):
 //   python      the interpreter whose installation and site-packages to use (a venv's python
 //               keeps its venv); sys.executable is set to it
-//   module_dir  put first on sys.path (lca_torch_flex.py lives there)
+//   module_dir  put first on sys.path (the peer's module lives there)
 // Makes libpython's symbols global (torch's extension modules need them; lca loads plugins
 // RTLD_LOCAL), keeps this plugin loaded for the life of the process (torch may free a DLPack
 // tensor, calling back into this library, at any time), sends Python's stdout to stderr (the
@@ -63,7 +63,7 @@ class PyRef {
 };
 
 // Throws the pending Python exception as lca::Error: torch's OutOfMemoryError becomes
-// LCA_ERR_OUT_OF_MEMORY, lca_torch_flex.Unsupported LCA_ERR_UNSUPPORTED, anything else
+// LCA_ERR_OUT_OF_MEMORY, an exception class named Unsupported LCA_ERR_UNSUPPORTED, anything else
 // LCA_ERR_DEVICE; the message is "<what>: <ExceptionType>: <first line>".
 [[noreturn]] void throw_python_error(const std::string& what);
 
@@ -75,4 +75,4 @@ PyObject* checked(PyObject* result, const std::string& what);
 PyObject* dlpack_capsule(void* data, int32_t dtype, int32_t device, int32_t ndim, const int64_t* shape,
                          const int64_t* strides);
 
-}  // namespace lca_torch_flex
+}  // namespace lca_torch

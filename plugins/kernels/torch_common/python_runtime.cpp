@@ -8,7 +8,7 @@
 
 #include <mutex>
 
-namespace lca_torch_flex {
+namespace lca_torch {
 namespace {
 
 std::string utf8_of(PyObject* o) {
@@ -108,9 +108,9 @@ void start_python(const std::string& python, const std::string& module_dir) {
   static std::once_flag once;
   std::call_once(once, [&] { start_once(python, module_dir); });
   const Started& s = started();
-  lca::require(s.error.empty(), LCA_ERR_DEVICE, "torch_flex: " + s.error);
+  lca::require(s.error.empty(), LCA_ERR_DEVICE, "embedded Python: " + s.error);
   lca::require(s.python == python, LCA_ERR_INVALID_ARGUMENT,
-               "torch_flex: this process already runs Python from " + s.python + ", not " + python);
+               "embedded Python: this process already runs Python from " + s.python + ", not " + python);
 }
 
 void throw_python_error(const std::string& what) {
@@ -129,7 +129,7 @@ void throw_python_error(const std::string& what) {
   lca_status status = LCA_ERR_DEVICE;
   if (name == "OutOfMemoryError") status = LCA_ERR_OUT_OF_MEMORY;
   if (name == "Unsupported") status = LCA_ERR_UNSUPPORTED;
-  throw lca::Error(status, "torch_flex: " + what + ": " + name + ": " + message);
+  throw lca::Error(status, what + ": " + name + ": " + message);
 }
 
 PyObject* checked(PyObject* result, const std::string& what) {
@@ -139,7 +139,7 @@ PyObject* checked(PyObject* result, const std::string& what) {
 
 PyObject* dlpack_capsule(void* data, int32_t dtype, int32_t device, int32_t ndim, const int64_t* shape,
                          const int64_t* strides) {
-  lca::require(ndim >= 1 && ndim <= 4, LCA_ERR_INTERNAL, "torch_flex: dlpack_capsule: 1 to 4 dimensions");
+  lca::require(ndim >= 1 && ndim <= 4, LCA_ERR_INTERNAL, "dlpack_capsule: 1 to 4 dimensions");
   auto* owned = new OwnedTensor;
   DLTensor& t = owned->managed.dl_tensor;
   t.data = data;
@@ -167,4 +167,4 @@ PyObject* dlpack_capsule(void* data, int32_t dtype, int32_t device, int32_t ndim
   return capsule;
 }
 
-}  // namespace lca_torch_flex
+}  // namespace lca_torch

@@ -1,11 +1,14 @@
 // The context-parallel stage inside one head share: the local queries of a context group
-// against every group's KV, by ring (send/recv of KV blocks, dK/dV travelling with them) or by
-// all-gather (whole KV, dK/dV summed back with an all-to-all). Partial outputs merge through
-// LSE in fp32. On CUDA the ring's transfers run on a second stream (Lane) and overlap the
-// kernel; all other work is on the exec stream. Used by the engine after the Ulysses exchange.
+// against every group's KV, by ring (send/recv of KV blocks, dK/dV travelling with them), by
+// all-gather (whole KV, dK/dV summed back with an all-to-all) or by group-cast (each group
+// fetches only the KV chunks its rows touch, in stages, and sends their dK/dV back to the
+// owners: the balanced strategy). Partial outputs merge through LSE in fp32. On CUDA the ring's
+// and the group-cast's transfers run on a second stream (Lane) and overlap the kernel; all other
+// work is on the exec stream. Used by the engine after the Ulysses exchange.
 // Rule: kernel plans are made in plan() for every block pair and released with the plan.
 #pragma once
 
+#include "balance.hpp"
 #include "buffers.hpp"
 #include "device.hpp"
 #include "layout.hpp"
@@ -20,24 +23,49 @@
 
 namespace lca::cp {
 
-enum class ContextMode { ring, allgather };
+enum class ContextMode { ring, allgather, groupcast };
 
 struct ContextStage {
   ContextMode mode = ContextMode::ring;
   Schedule sched;
-  std::vector<LocalMask> masks;   // per ring step, or one (all-gather)
+  std::vector<LocalMask> masks;   // per ring step, per group-cast stage, or one (all-gather)
   std::vector<lca_plan*> plans;   // nullptr where the block pair has no cell
   lca_problem base{};             // the local problem, seqlen_k set per block
 
+  // Group-cast: stage 0 is the group's own KV; stage s >= 1 fetches from the groups at ring
+  // distances d whose stage_of(d) is s, and serves the groups at the same distances behind it.
+  struct CastStage {
+    std::vector<int> from;                  // groups this stage fetches from
+    std::vector<Segments> from_segs;        // their local segments fetched, in order
+    std::vector<int> to;                    // groups that fetch from this one in this stage
+    std::vector<Segments> to_segs;          // this group's local segments each of them takes
+    int64_t rows = 0;                       // rows fetched (the stage's KV buffer)
+    int64_t served = 0;                     // rows served (their gradients come back)
+  };
+  std::vector<CastStage> cast;
+
   void prepare(const Layout& L, const lca_problem& global, const std::vector<lca_slice>& slices,
-               ContextMode m, int window, const KernelRef& kernel, const lca_exec& exec) {
+               ContextMode m, int window, const KernelRef& kernel, const lca_exec& exec,
+               const Balance* balance = nullptr, int remote_stages = 1) {
     mode = m;
     base = global;
     base.heads_q = L.hq_l;
     base.heads_kv = L.hkv_l;
     base.seqlen_q = base.seqlen_k = L.group_rows[L.ctx_idx];
     const Segments& mine = L.group_segs[L.ctx_idx];
-    if (mode == ContextMode::ring) {
+    if (mode == ContextMode::groupcast) {
+      require(balance != nullptr, LCA_ERR_INTERNAL, "group-cast needs a balance");
+      plan_cast(L, *balance, remote_stages);
+      masks.push_back(clip_mask(slices, mine, mine));
+      for (size_t s = 1; s < cast.size(); ++s) {
+        Segments fetched;
+        int64_t at = 0;
+        for (const Segments& segs : cast[s].from_segs)
+          for (const Segment& g : segs) fetched.push_back({g.begin, g.end, at}), at += g.size();
+        masks.push_back(clip_mask(slices, mine, fetched));
+        masks.back().seqlen_k = at;
+      }
+    } else if (mode == ContextMode::ring) {
       sched = make_schedule(L.cp, L.ctx_idx, window);
       for (int b : sched.block) masks.push_back(clip_mask(slices, mine, L.group_segs[b]));
     } else {
@@ -98,6 +126,18 @@ struct ContextStage {
       run(0, kall.data(), vall.data());
       return;
     }
+    if (mode == ContextMode::groupcast) {
+      std::vector<Buffer> kb(cast.size()), vb(cast.size());
+      alloc_stage_kv(c, kb, vb);
+      c.lane.side_waits(c.exec.stream);  // own K/V come from the head exchange on the exec stream
+      for (size_t s = 0; s < cast.size(); ++s) {
+        if (s >= 1) c.lane.main_waits(kBlocks, c.exec.stream);  // stage s's KV has arrived
+        if (s + 1 < cast.size()) fetch(c, s + 1, k, v, kb[s + 1], vb[s + 1]);
+        run(s, s ? kb[s].data() : k, s ? vb[s].data() : v);
+      }
+      c.lane.join(c.exec.stream);
+      return;
+    }
     KvRing ring(c, *this, k, v);
     for (size_t t = 0; t < sched.block.size(); ++t) {
       ring.post_next(t);  // on CUDA it moves on the lane while the block below computes
@@ -148,6 +188,48 @@ struct ContextStage {
       sum_back(c, dv_all.as<float>(), dv);
       return;
     }
+    if (mode == ContextMode::groupcast) {
+      const int64_t row = Hkv * D, own = c.kv_elems(c.L.ctx_idx);
+      c.dev.zero(dk, static_cast<size_t>(own) * sizeof(float));
+      c.dev.zero(dv, static_cast<size_t>(own) * sizeof(float));
+      std::vector<Buffer> kb(cast.size()), vb(cast.size()), dk_acc(cast.size()), dv_acc(cast.size()),
+          dk_back(cast.size()), dv_back(cast.size());
+      alloc_stage_kv(c, kb, vb);
+      for (size_t s = 1; s < cast.size(); ++s) {
+        dk_acc[s] = Buffer(c.exec.allocator, cast[s].rows * row * sizeof(float));
+        dv_acc[s] = Buffer(c.exec.allocator, cast[s].rows * row * sizeof(float));
+        dk_back[s] = Buffer(c.exec.allocator, cast[s].served * row * sizeof(float));
+        dv_back[s] = Buffer(c.exec.allocator, cast[s].served * row * sizeof(float));
+        c.dev.zero(dk_acc[s].data(), dk_acc[s].bytes());
+        c.dev.zero(dv_acc[s].data(), dv_acc[s].bytes());
+      }
+      c.lane.side_waits(c.exec.stream);
+      for (size_t s = 0; s < cast.size(); ++s) {
+        if (s >= 1) c.lane.main_waits(kBlocks, c.exec.stream);
+        if (s + 1 < cast.size()) fetch(c, s + 1, k, v, kb[s + 1], vb[s + 1]);
+        const bool computed = run(s, s ? kb[s].data() : k, s ? vb[s].data() : v);
+        if (s == 0) {
+          if (computed) add_kv(0, dk, dv);
+          continue;
+        }
+        if (computed) add_kv(s, dk_acc[s].as<float>(), dv_acc[s].as<float>());
+        // The fetched chunks' gradients go home while the next stage computes.
+        c.lane.side_waits(c.exec.stream);
+        reduce(c, s, dk_acc[s].as<float>(), dv_acc[s].as<float>(), dk_back[s].as<float>(), dv_back[s].as<float>());
+      }
+      c.lane.join(c.exec.stream);
+      for (size_t s = 1; s < cast.size(); ++s) {
+        int64_t at = 0;
+        for (const Segments& segs : cast[s].to_segs)
+          for (const Segment& g : segs) {
+            const int64_t n = g.size() * row;
+            c.dev.copy(flat(dk_back[s].as<float>() + at * row, LCA_DTYPE_F32, n), flat(dk + g.offset * row, LCA_DTYPE_F32, n), 1, 1, n, true);
+            c.dev.copy(flat(dv_back[s].as<float>() + at * row, LCA_DTYPE_F32, n), flat(dv + g.offset * row, LCA_DTYPE_F32, n), 1, 1, n, true);
+            at += g.size();
+          }
+      }
+      return;
+    }
     KvRing ring(c, *this, k, v);
     const int64_t max_elems = max_k * Hkv * D;
     Buffer acc[2][2] = {{Buffer(c.exec.allocator, max_elems * 4), Buffer(c.exec.allocator, max_elems * 4)},
@@ -195,6 +277,87 @@ struct ContextStage {
 
  private:
   static constexpr int kBlocks = 0, kGradients = 1;  // Lane marks
+
+  // Which chunks each stage moves, the same on every member: group r fetches a segment of group
+  // g when r's rows touch that segment's chunk (balance.touches).
+  void plan_cast(const Layout& L, const Balance& b, int remote_stages) {
+    const int cp = L.cp, me = L.ctx_idx;
+    const int stages = cp > 1 ? std::clamp(remote_stages, 1, cp - 1) : 0;
+    cast.assign(1 + stages, {});
+    auto needed = [&](int r, int g) {
+      Segments out;
+      for (const Segment& seg : L.group_segs[g])
+        if (b.touches(r, b.chunk_of(seg.begin))) out.push_back(seg);
+      return out;
+    };
+    for (int d = 1; d < cp; ++d) {
+      CastStage& st = cast[1 + int64_t(d - 1) * stages / (cp - 1)];
+      const int g = (me + d) % cp, r = (me - d + cp) % cp;
+      Segments from = needed(me, g), to = needed(r, me);
+      for (const Segment& x : from) st.rows += x.size();
+      for (const Segment& x : to) st.served += x.size();
+      if (!from.empty()) st.from.push_back(g), st.from_segs.push_back(std::move(from));
+      if (!to.empty()) st.to.push_back(r), st.to_segs.push_back(std::move(to));
+    }
+  }
+
+  void alloc_stage_kv(const Ctx& c, std::vector<Buffer>& kb, std::vector<Buffer>& vb) const {
+    const size_t row_bytes = c.L.hkv_l * c.dim * dtype_size(c.dtype);
+    for (size_t s = 1; s < cast.size(); ++s) {
+      kb[s] = Buffer(c.exec.allocator, cast[s].rows * row_bytes);
+      vb[s] = Buffer(c.exec.allocator, cast[s].rows * row_bytes);
+    }
+  }
+
+  // Stage s's KV moves on the lane: this group's segments out to those that take them, the
+  // fetched ones into kb/vb in from_segs order. Marks kBlocks.
+  void fetch(const Ctx& c, size_t s, const void* k, const void* v, Buffer& kb, Buffer& vb) const {
+    const CastStage& st = cast[s];
+    const int64_t row = c.L.hkv_l * c.dim;
+    void* side = c.lane.stream();
+    c.comm.group_start();
+    for (size_t i = 0; i < st.to.size(); ++i)
+      for (const Segment& g : st.to_segs[i]) {
+        c.comm.send(advance(k, c.dtype, g.offset * row), g.size() * row, c.dtype, st.to[i], side);
+        c.comm.send(advance(v, c.dtype, g.offset * row), g.size() * row, c.dtype, st.to[i], side);
+      }
+    int64_t at = 0;
+    for (size_t i = 0; i < st.from.size(); ++i)
+      for (const Segment& g : st.from_segs[i]) {
+        c.comm.recv(advance(kb.data(), c.dtype, at * row), g.size() * row, c.dtype, st.from[i], side);
+        c.comm.recv(advance(vb.data(), c.dtype, at * row), g.size() * row, c.dtype, st.from[i], side);
+        at += g.size();
+      }
+    c.comm.group_end();
+    c.lane.mark(kBlocks);
+  }
+
+  // Stage s's dK/dV partials (fp32, rows of the fetched buffer) go back to their owners, one
+  // message per owner; the partials of this group's served segments arrive in back_k/back_v.
+  void reduce(const Ctx& c, size_t s, const float* acc_k, const float* acc_v, float* back_k, float* back_v) const {
+    const CastStage& st = cast[s];
+    const int64_t row = c.L.hkv_l * c.dim;
+    void* side = c.lane.stream();
+    c.comm.group_start();
+    int64_t at = 0;
+    for (size_t i = 0; i < st.from.size(); ++i) {
+      int64_t n = 0;
+      for (const Segment& g : st.from_segs[i]) n += g.size();
+      c.comm.send(acc_k + at * row, n * row, LCA_DTYPE_F32, st.from[i], side);
+      c.comm.send(acc_v + at * row, n * row, LCA_DTYPE_F32, st.from[i], side);
+      at += n;
+    }
+    at = 0;
+    for (size_t i = 0; i < st.to.size(); ++i) {
+      int64_t n = 0;
+      for (const Segment& g : st.to_segs[i]) n += g.size();
+      c.comm.recv(back_k + at * row, n * row, LCA_DTYPE_F32, st.to[i], side);
+      c.comm.recv(back_v + at * row, n * row, LCA_DTYPE_F32, st.to[i], side);
+      at += n;
+    }
+    c.comm.group_end();
+    c.lane.mark(kGradients);
+  }
 
   // The KV block in hand and the one arriving, double-buffered. On CUDA the transfer runs on the
   // lane: it starts once the exec stream has produced (or finished computing on) the buffers it

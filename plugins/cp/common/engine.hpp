@@ -25,6 +25,10 @@ struct EngineOptions {
   bool zigzag = false;  // load-balanced chunks across context groups
   ContextMode mode = ContextMode::ring;
   int window = 0;       // double ring: members per inner ring (0: a single ring)
+  // Group-cast (mode groupcast): the sequence in cp * chunks_per_group chunks dealt out by mask
+  // area (balance.hpp), remote KV fetched in remote_stages stages after the local one.
+  int chunks_per_group = 8;
+  int remote_stages = 1;
 };
 
 class EnginePlan final : public ICPPlan {
@@ -77,8 +81,21 @@ class EngineStrategy : public ICPStrategy {
     plan->world = Comm(config.world);
     const EngineOptions opt = choose(parse_options(config.options_json, name_.c_str()), plan->world, p);
     const int W = plan->world.size(), r = plan->world.rank();
+    const std::vector<lca_slice> slices(config.mask->slices, config.mask->slices + config.mask->num_slices);
+    Balance balance;
     try {
-      plan->layout = make_layout(W, r, opt.head_degree, opt.zigzag, p);
+      GroupRuns runs;
+      if (opt.mode == ContextMode::groupcast) {
+        require(opt.head_degree >= 1 && W % opt.head_degree == 0, LCA_ERR_UNSUPPORTED,
+                "the head degree " + std::to_string(opt.head_degree) + " does not divide the world size " +
+                    std::to_string(W));
+        balance = make_balance(slices, p.seqlen_q, W / opt.head_degree, opt.chunks_per_group);
+        for (const auto& chunks : balance.chunks) {
+          runs.emplace_back();
+          for (int c : chunks) runs.back().push_back({balance.bounds[c], balance.bounds[c + 1]});
+        }
+      }
+      plan->layout = make_layout(W, r, opt.head_degree, opt.zigzag, p, runs.empty() ? nullptr : &runs);
     } catch (const Error& e) {
       throw Error(e.status(), name_ + ": " + e.what());
     }
@@ -86,9 +103,8 @@ class EngineStrategy : public ICPStrategy {
     // Both splits are collective on the world, in the same order everywhere.
     plan->heads = plan->world.split(L.ctx_idx, L.head_idx);
     plan->context = plan->world.split(L.head_idx, L.ctx_idx);
-    const std::vector<lca_slice> slices(config.mask->slices, config.mask->slices + config.mask->num_slices);
-    plan->stage.prepare(L, p, slices, opt.mode, opt.window, plan->kernel, exec);
-    if (opt.mode == ContextMode::ring && L.cp > 1) plan->lane.open(p.device_type == LCA_DEVICE_CUDA);
+    plan->stage.prepare(L, p, slices, opt.mode, opt.window, plan->kernel, exec, &balance, opt.remote_stages);
+    if (opt.mode != ContextMode::allgather && L.cp > 1) plan->lane.open(p.device_type == LCA_DEVICE_CUDA);
     return plan;
   }
 

@@ -53,7 +53,12 @@ inline int largest_head_degree(int world, int cap, int heads_q, int heads_kv) {
   return best;
 }
 
-inline Layout make_layout(int world, int rank, int u, bool zigzag, const lca_problem& p) {
+// Token runs per context group, in buffer order (a dispatch chosen elsewhere, e.g. balance.hpp).
+using GroupRuns = std::vector<std::vector<lca_token_range>>;
+
+// `runs`, when given, replaces the contiguous or zigzag chunks: group g holds runs[g].
+inline Layout make_layout(int world, int rank, int u, bool zigzag, const lca_problem& p,
+                          const GroupRuns* runs = nullptr) {
   require(world >= 1 && u >= 1 && world % u == 0, LCA_ERR_INVALID_ARGUMENT,
           "the head degree " + std::to_string(u) + " does not divide the world size " +
               std::to_string(world));
@@ -84,11 +89,17 @@ inline Layout make_layout(int world, int rank, int u, bool zigzag, const lca_pro
   L.ranges.assign(world, {});
   L.group_segs.assign(L.cp, {});
   L.group_rows.assign(L.cp, 0);
+  require(runs == nullptr || int(runs->size()) == L.cp, LCA_ERR_INTERNAL, "layout: one run list per context group");
   for (int g = 0; g < L.cp; ++g) {
-    std::vector<int> mine{g};
-    if (zigzag) mine.push_back(chunks - 1 - g);
-    for (int c : mine) {
-      const int64_t a = bound(c, chunks, 0, L.seqlen), b = bound(c + 1, chunks, 0, L.seqlen);
+    std::vector<lca_token_range> mine;
+    if (runs) {
+      mine = (*runs)[g];
+    } else {
+      mine.push_back({bound(g, chunks, 0, L.seqlen), bound(g + 1, chunks, 0, L.seqlen)});
+      if (zigzag) mine.push_back({bound(chunks - 1 - g, chunks, 0, L.seqlen), bound(chunks - g, chunks, 0, L.seqlen)});
+    }
+    for (const lca_token_range& run : mine) {
+      const int64_t a = run.begin, b = run.end;
       for (int i = 0; i < u; ++i) {  // each member takes one piece of every chunk
         const int64_t pa = bound(i, u, a, b), pb = bound(i + 1, u, a, b);
         if (pb > pa) L.ranges[L.world_rank(g, i)].push_back({pa, pb});

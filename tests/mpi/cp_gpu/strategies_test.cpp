@@ -239,5 +239,9 @@ TEST(CpGpu, LoongTrain) {
   LCA_SKIP_UNLESS_READY();
   run_all("loongtrain", {"{}", R"({"head_degree":1,"window_size":2})", R"({"head_degree":2,"window_size":1})"});
 }
+TEST(CpGpu, Balanced) {
+  LCA_SKIP_UNLESS_READY();
+  run_all("balanced", {"{}", R"({"chunks_per_rank":5,"stages":2})", R"({"head_degree":2})"});
+}
 
 }  // namespace lca::test::cuda

@@ -204,6 +204,65 @@ TEST(CpStrategies, Usp) { run_all("usp", {"{}", "{\"ulysses_degree\":2}", "{\"ul
 TEST(CpStrategies, LoongTrain) {
   run_all("loongtrain", {"{}", "{\"head_degree\":1,\"window_size\":2}", "{\"head_degree\":2,\"window_size\":1}"});
 }
+// Default chunks; odd chunk counts in two overlapped stages; one-token chunks (S < W x chunks);
+// Ulysses inside.
+TEST(CpStrategies, Balanced) {
+  run_all("balanced", {"{}", "{\"chunks_per_rank\":3,\"stages\":2}", "{\"chunks_per_rank\":64,\"stages\":3}",
+                       "{\"head_degree\":2}"});
+}
+
+TEST(CpStrategies, BalancedRefusesBadOptionsByName) {
+  const int64_t S = 64;
+  lca_problem p{sizeof(lca_problem), LCA_DTYPE_F32, LCA_DEVICE_CPU, 0, S, S, 4, 1, 16, 0.25f};
+  std::vector<lca_slice> full{{0, S, 0, S, LCA_SLICE_FULL, 0}};
+  lca_mask mask{sizeof(lca_mask), S, S, 1, full.data(), nullptr, 0, nullptr};
+  const auto& vt = plugin("balanced").cp_strategy();
+  const std::pair<const char*, const char*> bad[] = {{"{\"chunk\":4}", "unknown option \"chunk\""},
+                                                     {"{\"chunks_per_rank\":0}", "chunks_per_rank"},
+                                                     {"{\"stages\":0}", "stages"},
+                                                     {"{\"head_degree\":3}", "head_degree 3"}};
+  for (auto [options, says] : bad) {
+    lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, options, nullptr, nullptr};
+    lca_cp_strategy* strat = nullptr;
+    ASSERT_EQ(vt.create(&host, &strat), LCA_OK);
+    lca_cp_config cfg{sizeof(lca_cp_config), lca::core::comm::as_comm_ref(world()), kernel("{}"), &p, &mask, options};
+    lca_cp_plan* plan = nullptr;
+    EXPECT_NE(vt.plan(strat, &cfg, &kExec, &plan), LCA_OK) << options;
+    EXPECT_NE(std::string(vt.last_error()).find(says), std::string::npos) << options << ": " << vt.last_error();
+    vt.destroy(strat);
+  }
+}
+
+// Every rank holds as many tokens (within one chunk's rounding), whatever the mask.
+TEST(CpStrategies, BalancedDispatchesEqualTokens) {
+  const int W = world().size();
+  const int64_t S = 4099;
+  lca_problem p{sizeof(lca_problem), LCA_DTYPE_F32, LCA_DEVICE_CPU, 0, S, S, 4, 1, 16, 0.25f};
+  for (auto& nm : builtin_masks(S)) {
+    lca_mask mask{sizeof(lca_mask), S, S, int64_t(nm.slices.size()), nm.slices.data(), nullptr, 0, nullptr};
+    const auto& vt = plugin("balanced").cp_strategy();
+    lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, "{}", nullptr, nullptr};
+    lca_cp_strategy* strat = nullptr;
+    ASSERT_EQ(vt.create(&host, &strat), LCA_OK);
+    lca_cp_config cfg{sizeof(lca_cp_config), lca::core::comm::as_comm_ref(world()), kernel("{}"), &p, &mask, "{}"};
+    lca_cp_plan* plan = nullptr;
+    ASSERT_EQ(vt.plan(strat, &cfg, &kExec, &plan), LCA_OK) << vt.last_error();
+    int64_t total = 0, largest = 0, smallest = S;
+    for (int r = 0; r < W; ++r) {
+      int64_t count = 0;
+      ASSERT_EQ(vt.dispatch(strat, plan, r, nullptr, 0, &count), LCA_OK);
+      std::vector<lca_token_range> ranges(count);
+      ASSERT_EQ(vt.dispatch(strat, plan, r, ranges.data(), count, &count), LCA_OK);
+      int64_t n = 0;
+      for (const auto& x : ranges) n += x.end - x.begin;
+      total += n, largest = std::max(largest, n), smallest = std::min(smallest, n);
+    }
+    EXPECT_EQ(total, S) << nm.name;
+    EXPECT_LE(largest - smallest, 8) << nm.name;  // 8 chunks a rank, each within one token
+    vt.destroy_plan(strat, plan, &kExec);
+    vt.destroy(strat);
+  }
+}
 
 TEST(CpStrategies, UlyssesRefusesIndivisibleHeads) {
   const int W = world().size();

@@ -1,0 +1,153 @@
+// Load balance for the `balanced` strategy: the sequence is cut into chunks along q, the mask's
+// cells are counted per (q chunk, k chunk) pair, and the chunks go to context groups so that
+// every group holds the same number of chunks (the same tokens, within one chunk's rounding)
+// and the largest group's cell count is as small as the solver finds. Used by layout.hpp (the
+// dispatch), context_stage.hpp (which KV chunks a group fetches) and the scaling model.
+// Rule: pure functions of (slices, seqlen, groups, chunks): every rank computes the same answer.
+#pragma once
+
+#include "slice_clip.hpp"
+
+#include <lca/abi.h>
+#include <lca/error.hpp>
+#include <lca/types.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace lca::cp {
+
+struct Balance {
+  std::vector<int64_t> bounds;           // chunk c is tokens [bounds[c], bounds[c + 1])
+  std::vector<int64_t> area;             // cells of chunk i's rows x chunk j's columns, at i * n + j
+  std::vector<int> owner;                // context group of each chunk
+  std::vector<std::vector<int>> chunks;  // per group, its chunks in ascending (buffer) order
+
+  int count() const { return static_cast<int>(bounds.size()) - 1; }
+  int64_t rows_area(int i) const {
+    const int n = count();
+    return std::accumulate(area.begin() + int64_t(i) * n, area.begin() + int64_t(i + 1) * n, int64_t(0));
+  }
+  int64_t group_area(int g) const {
+    int64_t a = 0;
+    for (int c : chunks[g]) a += rows_area(c);
+    return a;
+  }
+  // The chunk holding token t.
+  int chunk_of(int64_t t) const {
+    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), t) - bounds.begin()) - 1;
+  }
+  // Whether group g's rows see any cell of chunk j's columns.
+  bool touches(int g, int j) const {
+    const int n = count();
+    for (int i : chunks[g])
+      if (area[int64_t(i) * n + j] > 0) return true;
+    return false;
+  }
+};
+
+// n chunks spread evenly over [0, S): lengths differ by at most one token.
+inline std::vector<int64_t> even_bounds(int64_t S, int n) {
+  std::vector<int64_t> b(n + 1);
+  for (int i = 0; i <= n; ++i) b[i] = S / n * i + std::min<int64_t>(i, S % n);
+  return b;
+}
+
+// Cells of every (q chunk, k chunk) pair, each slice clipped to the pairs it spans.
+inline std::vector<int64_t> chunk_areas(const std::vector<lca_slice>& slices, const std::vector<int64_t>& bounds) {
+  const int n = static_cast<int>(bounds.size()) - 1;
+  std::vector<int64_t> area(int64_t(n) * n, 0);
+  auto first_chunk = [&](int64_t t) {
+    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), t) - bounds.begin()) - 1;
+  };
+  std::vector<lca_slice> pieces;
+  for (const lca_slice& s : slices) {
+    if (s.q_end <= s.q_begin || s.k_end <= s.k_begin) continue;
+    int64_t lo, hi;
+    slice_band(s, &lo, &hi);
+    for (int i = first_chunk(s.q_begin); i < n && bounds[i] < s.q_end; ++i) {
+      // Only the columns this row chunk's band can reach.
+      const int64_t qa = std::max(s.q_begin, bounds[i]), qb = std::min(s.q_end, bounds[i + 1]);
+      const int64_t ka = std::max(s.k_begin, lo == -kUnbounded ? s.k_begin : qa + lo);
+      const int64_t kb = std::min(s.k_end, hi == kUnbounded ? s.k_end : qb - 1 + hi + 1);
+      if (ka >= kb) continue;
+      for (int j = first_chunk(ka); j < n && bounds[j] < kb; ++j) {
+        pieces.clear();
+        clip_slice(s, bounds[i], bounds[i + 1], bounds[j], bounds[j + 1], pieces);
+        for (const lca_slice& p : pieces) area[int64_t(i) * n + j] += slice_area(p);
+      }
+    }
+  }
+  return area;
+}
+
+// Chunks to `groups` groups of equal counts (n % groups of them hold one more), minimising the
+// largest group's area: greedy largest-first into the lightest group with room, then pairwise
+// swaps that lower the heaviest group while they help.
+inline std::vector<int> assign_chunks(const std::vector<int64_t>& weight, int groups) {
+  const int n = static_cast<int>(weight.size());
+  std::vector<int> quota(groups, n / groups), owner(n, -1), order(n);
+  for (int g = 0; g < n % groups; ++g) ++quota[g];
+  std::vector<int64_t> load(groups, 0);
+  std::vector<int> held(groups, 0);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return weight[a] > weight[b]; });
+  for (int c : order) {
+    int best = -1;
+    for (int g = 0; g < groups; ++g)
+      if (held[g] < quota[g] && (best < 0 || load[g] < load[best])) best = g;
+    owner[c] = best;
+    load[best] += weight[c];
+    ++held[best];
+  }
+  // Swap a chunk of the heaviest group with a lighter chunk elsewhere when that lowers the
+  // heaviest load without raising the other group to it; stop when no swap helps.
+  for (int round = 0; round < 4 * n; ++round) {
+    const int h = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
+    int64_t best_gain = 0;
+    int bi = -1, bj = -1;
+    std::vector<int> mine;
+    for (int i = 0; i < n; ++i)
+      if (owner[i] == h) mine.push_back(i);
+    for (int i : mine) {
+      for (int j = 0; j < n; ++j) {
+        const int g = owner[j];
+        if (g == h || weight[j] >= weight[i]) continue;
+        const int64_t d = weight[i] - weight[j];
+        if (load[g] + d >= load[h]) continue;
+        const int64_t gain = std::min(d, load[h] - (load[g] + d));
+        if (gain > best_gain) best_gain = gain, bi = i, bj = j;
+      }
+    }
+    if (bi < 0) break;
+    const int g = owner[bj];
+    load[h] += weight[bj] - weight[bi];
+    load[g] += weight[bi] - weight[bj];
+    std::swap(owner[bi], owner[bj]);
+  }
+  return owner;
+}
+
+// The balanced split of a mask over `groups` context groups, chunks_per_group chunks each.
+inline Balance make_balance(const std::vector<lca_slice>& slices, int64_t S, int groups, int chunks_per_group) {
+  require(groups >= 1 && chunks_per_group >= 1, LCA_ERR_INVALID_ARGUMENT,
+          "balanced: chunks_per_rank must be >= 1, got " + std::to_string(chunks_per_group));
+  require(S >= groups, LCA_ERR_UNSUPPORTED,
+          "balanced: " + std::to_string(S) + " tokens cannot give each of " + std::to_string(groups) +
+              " context groups a chunk");
+  const int n = static_cast<int>(std::min<int64_t>(int64_t(groups) * chunks_per_group, S));
+  Balance b;
+  b.bounds = even_bounds(S, n);
+  b.area = chunk_areas(slices, b.bounds);
+  std::vector<int64_t> weight(n);
+  for (int i = 0; i < n; ++i) weight[i] = b.rows_area(i);
+  b.owner = assign_chunks(weight, groups);
+  b.chunks.assign(groups, {});
+  for (int c = 0; c < n; ++c) b.chunks[b.owner[c]].push_back(c);
+  return b;
+}
+
+}  // namespace lca::cp

@@ -1,0 +1,152 @@
+// balance.hpp: the areas it counts are the mask's cells, every group holds as many chunks, and
+// the largest group's area beats the contiguous and zigzag splits on masks where work is uneven.
+#include "balance.hpp"
+
+#include <lca/types.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+namespace {
+
+using lca::cp::Balance;
+using lca::cp::make_balance;
+
+lca_slice sl(int64_t qb, int64_t qe, int64_t kb, int64_t ke, int32_t t) { return lca_slice{qb, qe, kb, ke, t, 0}; }
+
+// Causal documents of lengths drawn from [lo, hi], covering [0, S).
+std::vector<lca_slice> causal_documents(int64_t S, int64_t lo, int64_t hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<lca_slice> out;
+  for (int64_t a = 0; a < S;) {
+    const int64_t b = std::min(S, a + std::uniform_int_distribution<int64_t>(lo, hi)(rng));
+    out.push_back(sl(a, b, a, b, LCA_SLICE_CAUSAL));
+    a = b;
+  }
+  return out;
+}
+
+int64_t mask_area(const std::vector<lca_slice>& m) {
+  int64_t a = 0;
+  for (const auto& s : m) a += lca::slice_area(s);
+  return a;
+}
+
+// The largest group's area when group g holds the token runs runs[g] (areas counted cell-exactly
+// through chunk_areas on the runs' own bounds).
+int64_t max_area_of_runs(const std::vector<lca_slice>& m, int64_t S, const std::vector<std::vector<int64_t>>& cuts_of) {
+  int64_t worst = 0;
+  for (const auto& cuts : cuts_of) {  // pairs [a, b) of one group
+    int64_t a = 0;
+    for (size_t i = 0; i + 1 < cuts.size(); i += 2) {
+      const std::vector<int64_t> bounds{0, cuts[i], cuts[i + 1], S};
+      const auto area = lca::cp::chunk_areas(m, bounds);
+      for (int j = 0; j < 3; ++j) a += area[1 * 3 + j];
+    }
+    worst = std::max(worst, a);
+  }
+  return worst;
+}
+
+TEST(CpBalance, ChunkAreasAreTheCellsOneByOne) {
+  std::mt19937_64 rng(11);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const int64_t S = 61;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<lca_slice> m;
+    for (int n = pick(1, 4); n > 0; --n) {
+      const int64_t qb = pick(0, S - 1), kb = pick(0, S - 1);
+      m.push_back(sl(qb, pick(qb + 1, S), kb, pick(kb + 1, S), static_cast<int32_t>(pick(0, 3))));
+    }
+    const int n = static_cast<int>(pick(1, 9));
+    const auto bounds = lca::cp::even_bounds(S, n);
+    const auto area = lca::cp::chunk_areas(m, bounds);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) {
+        int64_t want = 0;
+        for (int64_t q = bounds[i]; q < bounds[i + 1]; ++q)
+          for (int64_t k = bounds[j]; k < bounds[j + 1]; ++k)
+            for (const auto& s : m) want += lca::slice_contains(s, q, k) ? 1 : 0;
+        ASSERT_EQ(area[i * n + j], want) << "trial " << trial << " chunks " << i << "," << j;
+      }
+  }
+}
+
+TEST(CpBalance, EveryGroupHoldsAsManyChunksAndAllChunksAreDealt) {
+  const int64_t S = 100003;  // not a multiple of anything the chunks use
+  const auto m = causal_documents(S, 500, 9000, 3);
+  for (int groups : {1, 2, 3, 4, 7, 8}) {
+    for (int per : {1, 4, 8}) {
+      const Balance b = make_balance(m, S, groups, per);
+      ASSERT_EQ(b.count(), groups * per);
+      EXPECT_EQ(b.bounds.front(), 0);
+      EXPECT_EQ(b.bounds.back(), S);
+      std::vector<int> seen(b.count(), 0);
+      int64_t total = 0;
+      for (int g = 0; g < groups; ++g) {
+        EXPECT_EQ(static_cast<int>(b.chunks[g].size()), per) << groups << " groups";
+        EXPECT_TRUE(std::is_sorted(b.chunks[g].begin(), b.chunks[g].end()));
+        for (int c : b.chunks[g]) {
+          ++seen[c];
+          EXPECT_EQ(b.owner[c], g);
+        }
+        total += b.group_area(g);
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), b.count());
+      EXPECT_EQ(total, mask_area(m));
+    }
+  }
+}
+
+TEST(CpBalance, UnevenChunkCountsDifferByOne) {
+  // 10 tokens, 4 groups x 8 chunks wanted: 10 one-token chunks, 3 + 3 + 2 + 2.
+  const std::vector<lca_slice> full{sl(0, 10, 0, 10, LCA_SLICE_FULL)};
+  const Balance b = make_balance(full, 10, 4, 8);
+  ASSERT_EQ(b.count(), 10);
+  std::vector<size_t> sizes;
+  for (const auto& c : b.chunks) sizes.push_back(c.size());
+  std::sort(sizes.begin(), sizes.end());
+  EXPECT_EQ(sizes, (std::vector<size_t>{2, 2, 3, 3}));
+}
+
+TEST(CpBalance, LargestShareBeatsContiguousAndZigzag) {
+  // Across lengths off the usual grid and several document draws, 4 groups.
+  for (int64_t S : {24577, 65536, 98305}) {
+    for (uint64_t seed : {1, 2, 3}) {
+      for (const auto& m : {causal_documents(S, 1000, 12000, seed), causal_documents(S, 2000, 20000, seed + 10),
+                            std::vector<lca_slice>{sl(0, S, 0, S, LCA_SLICE_CAUSAL)}}) {
+        const int G = 4;
+        const Balance b = make_balance(m, S, G, 8);
+        int64_t worst = 0;
+        for (int g = 0; g < G; ++g) worst = std::max(worst, b.group_area(g));
+        const double mean = double(mask_area(m)) / G;
+        std::vector<std::vector<int64_t>> contiguous, zigzag;
+        for (int g = 0; g < G; ++g) {
+          contiguous.push_back({S * g / G, S * (g + 1) / G});
+          zigzag.push_back({S * g / (2 * G), S * (g + 1) / (2 * G), S * (2 * G - 1 - g) / (2 * G), S * (2 * G - g) / (2 * G)});
+        }
+        SCOPED_TRACE("S=" + std::to_string(S) + " seed " + std::to_string(seed) + " slices " + std::to_string(m.size()));
+        EXPECT_LE(worst, max_area_of_runs(m, S, contiguous));
+        // Zigzag splits one causal triangle exactly; chunks may round a little above it.
+        EXPECT_LE(worst, 1.01 * max_area_of_runs(m, S, zigzag));
+        // 32 chunks leave little to chance: within 6% of a perfect split.
+        EXPECT_LE(worst, 1.06 * mean) << "largest " << worst << " mean " << mean;
+      }
+    }
+  }
+}
+
+TEST(CpBalance, TooFewTokensOrChunksAreRefusedByName) {
+  const std::vector<lca_slice> full{sl(0, 3, 0, 3, LCA_SLICE_FULL)};
+  try {
+    make_balance(full, 3, 4, 8);
+    FAIL() << "3 tokens over 4 groups was accepted";
+  } catch (const lca::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 tokens"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(make_balance(full, 3, 1, 0), lca::Error);
+}
+
+}  // namespace

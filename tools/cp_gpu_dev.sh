@@ -15,7 +15,7 @@ mkdir -p "$out"
 matrix=${1:-cp-gpu-quick}
 shift || true
 masks=${MASKS:-full,causal,causal_document,block_sparse}
-strategies=${STRATEGIES:-ulysses,ring_p2p,ring_allgather,usp,loongtrain}
+strategies=${STRATEGIES:-ulysses,ring_p2p,ring_allgather,usp,loongtrain,balanced}
 np_mpi=${NP_MPI:-2}
 export NCCL_NVLS_ENABLE=0
 status=0
@@ -28,7 +28,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     -DCUDNN_FRONTEND_INCLUDE_DIR="$PWD/.deps/cudnn_frontend/include" > "$out/configure.log" 2>&1 ||
     { tail -30 "$out/configure.log"; exit 1; }
   cmake --build build-gpu -j"$(nproc)" --target lcahost lca_ulysses lca_ring_p2p lca_ring_allgather lca_usp \
-    lca_loongtrain lca_flex_flash lca_cuda_reference lca_cpu_reference lca_builtin test_cp_gpu test_cp_device \
+    lca_loongtrain lca_balanced lca_flex_flash lca_cuda_reference lca_cpu_reference lca_builtin test_cp_gpu test_cp_device \
     > "$out/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$out/build.log" | head -60; exit 1; }
   stamp "build ok"
 fi

@@ -166,6 +166,10 @@ void apply_run_options(const Options& opt, core::MatrixSpec& spec) {
     if (masks.empty()) throw std::runtime_error("--masks '' names no mask; give one, e.g. --masks causal");
     spec.masks = masks;
   }
+  if (!opt.seqlens.empty()) {
+    spec.seqlens.clear();
+    spec.seqlens["*"] = opt.seqlens;
+  }
   if (opt.no_check) spec.check = false;
   if (opt.warmup >= 0) spec.warmup = opt.warmup;
   if (opt.warmup_ms >= 0) spec.warmup_ms = opt.warmup_ms;

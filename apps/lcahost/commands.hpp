@@ -36,6 +36,7 @@ struct Options {
   std::vector<std::string> kernels;
   std::vector<std::string> kernel_options;  // KERNEL=JSON, repeatable
   std::vector<std::string> masks;
+  std::vector<int64_t> seqlens;  // replaces the matrix's lengths on every device (per rank with --cp)
   // cp
   std::vector<std::string> cp;
   std::string cp_kernel = "cpu_reference";

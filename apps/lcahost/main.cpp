@@ -2,6 +2,8 @@
 #include "commands.hpp"
 #include "core/run/runner.hpp"
 
+#include <lca/checked.hpp>
+
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -63,6 +65,11 @@ int main(int argc, char** argv) {
                  "Only these masks: specs separated by commas, or --masks repeated. A mask's parameters follow its "
                  "name after ':' and are separated by commas too: a piece that is key=value belongs to the mask "
                  "before it (--masks causal,global_sliding:window=700,global_tokens=333 is two masks)");
+
+  app.add_option("--seqlens", opt.seqlens,
+                 "Only these sequence lengths (comma separated), on every device; with --cp, tokens a rank")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), lca::max_seqlen));
 
   app.add_option("--cp", opt.cp, "Context-parallel strategies to run (comma separated, * = all); launch with mpirun")
       ->delimiter(',');

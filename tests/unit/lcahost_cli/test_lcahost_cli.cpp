@@ -286,7 +286,8 @@ TEST_F(Cli, UnknownLogLevelIsAWarningAndTheDefault) {
 TEST_F(Cli, NumericOptionsAreChecked) {
   const std::pair<const char*, const char*> bad[] = {
       {"--threads", "-3"},      {"--cell-timeout", "0"},   {"--cell-timeout", "-1"}, {"--cell-timeout", "nan"},
-      {"--cell-timeout", "inf"}, {"--cell-timeout", "1s"}, {"--warmup-ms", "nan"},    {"--repeat-ms", "-inf"}};
+      {"--cell-timeout", "inf"}, {"--cell-timeout", "1s"}, {"--warmup-ms", "nan"},    {"--repeat-ms", "-inf"},
+      {"--seqlens", "0"},        {"--seqlens", "64,-5"},    {"--seqlens", "3037000500"}, {"--seqlens", "1e3"}};
   for (const auto& [flag, value] : bad) {
     const auto r = lcahost({"--matrix", "quick", flag, value, "--dry-run"});
     EXPECT_EQ(r.exit_code, 2) << flag << " " << value << "\n" << describe(r);
@@ -294,6 +295,11 @@ TEST_F(Cli, NumericOptionsAreChecked) {
   }
   const auto r = lcahost({"--matrix", "quick", "--cell-timeout", "nan", "--dry-run"});
   EXPECT_HAS(r.err, "more than 0 and at most");
+  // --seqlens replaces the matrix's lengths, lengths off every grid included.
+  const auto lengths = lcahost({"--matrix", "quick", "--seqlens", "97,1000", "--dry-run"});
+  EXPECT_EQ(lengths.exit_code, 0) << describe(lengths);
+  EXPECT_HAS(lengths.out, " 97 ");
+  EXPECT_HAS(lengths.out, " 1000 ");
   // A seed is a whole number of 64 bits: neither wrapped from -1 nor capped past 2^64.
   for (const char* seed : {"-1", "18446744073709551616", "1e3", "+5", ""}) {
     const auto m = lcahost({"masks", "--show", "causal", "--seqlen", "64", "--seed", seed});

@@ -102,10 +102,14 @@ struct ContextStage {
     int64_t kv_elems(int g) const { return L.group_rows[g] * L.hkv_l * dim; }
   };
 
-  // q, k, v packed in the problem dtype -> o [N, hq_l, D] and lse [hq_l, N], fp32.
-  void forward(const Ctx& c, const void* q, const void* k, const void* v, float* o, float* lse) const {
+  // q, k, v packed in the problem dtype -> o [N, hq_l, D] and lse [hq_l, N] (fp32). o has room
+  // for fp32; returns the dtype written there: fp32 (ring, all-gather: many parts accumulate) or
+  // the problem dtype (group-cast: the first part lands in place, later ones merge into it).
+  int32_t forward(const Ctx& c, const void* q, const void* k, const void* v, void* o_out, float* lse) const {
     const int64_t N = base.seqlen_q, D = c.dim, Hq = base.heads_q;
     const size_t esz = dtype_size(c.dtype);
+    if (mode == ContextMode::groupcast) return cast_forward(c, q, k, v, o_out, lse);
+    float* o = static_cast<float*>(o_out);
     c.dev.fill(o, N * Hq * D, 0.0f);
     c.dev.fill(lse, Hq * N, -std::numeric_limits<float>::infinity());
     Buffer o_part(c.exec.allocator, N * Hq * D * esz);
@@ -124,19 +128,7 @@ struct ContextStage {
       Buffer kall, vall;
       gather_kv(c, k, v, kall, vall);
       run(0, kall.data(), vall.data());
-      return;
-    }
-    if (mode == ContextMode::groupcast) {
-      std::vector<Buffer> kb(cast.size()), vb(cast.size());
-      alloc_stage_kv(c, kb, vb);
-      c.lane.side_waits(c.exec.stream);  // own K/V come from the head exchange on the exec stream
-      for (size_t s = 0; s < cast.size(); ++s) {
-        if (s >= 1) c.lane.main_waits(kBlocks, c.exec.stream);  // stage s's KV has arrived
-        if (s + 1 < cast.size()) fetch(c, s + 1, k, v, kb[s + 1], vb[s + 1]);
-        run(s, s ? kb[s].data() : k, s ? vb[s].data() : v);
-      }
-      c.lane.join(c.exec.stream);
-      return;
+      return LCA_DTYPE_F32;
     }
     KvRing ring(c, *this, k, v);
     for (size_t t = 0; t < sched.block.size(); ++t) {
@@ -145,6 +137,7 @@ struct ContextStage {
       ring.advance();
     }
     c.lane.join(c.exec.stream);
+    return LCA_DTYPE_F32;
   }
 
   // -> dq [N, hq_l, D], dk, dv [N, hkv_l, D], fp32, for this group's own rows.
@@ -156,6 +149,10 @@ struct ContextStage {
     for (const auto& m : masks) max_k = std::max(max_k, m.seqlen_k);
     Buffer dq_part(c.exec.allocator, N * Hq * D * esz);
     Buffer dk_part(c.exec.allocator, max_k * Hkv * D * esz), dv_part(c.exec.allocator, max_k * Hkv * D * esz);
+    if (mode == ContextMode::groupcast) {
+      cast_backward(c, q, k, v, o, d_o, lse, dq, dk, dv, dq_part, dk_part, dv_part);
+      return;
+    }
     c.dev.zero(dq, static_cast<size_t>(N * Hq * D) * sizeof(float));
     // The block pair's gradients: dQ added into dq now; dK/dV left in dk_part/dv_part.
     auto run = [&](size_t step, const void* kb, const void* vb) {
@@ -186,48 +183,6 @@ struct ContextStage {
       if (run(0, kall.data(), vall.data())) add_kv(0, dk_all.as<float>(), dv_all.as<float>());
       sum_back(c, dk_all.as<float>(), dk);
       sum_back(c, dv_all.as<float>(), dv);
-      return;
-    }
-    if (mode == ContextMode::groupcast) {
-      const int64_t row = Hkv * D, own = c.kv_elems(c.L.ctx_idx);
-      c.dev.zero(dk, static_cast<size_t>(own) * sizeof(float));
-      c.dev.zero(dv, static_cast<size_t>(own) * sizeof(float));
-      std::vector<Buffer> kb(cast.size()), vb(cast.size()), dk_acc(cast.size()), dv_acc(cast.size()),
-          dk_back(cast.size()), dv_back(cast.size());
-      alloc_stage_kv(c, kb, vb);
-      for (size_t s = 1; s < cast.size(); ++s) {
-        dk_acc[s] = Buffer(c.exec.allocator, cast[s].rows * row * sizeof(float));
-        dv_acc[s] = Buffer(c.exec.allocator, cast[s].rows * row * sizeof(float));
-        dk_back[s] = Buffer(c.exec.allocator, cast[s].served * row * sizeof(float));
-        dv_back[s] = Buffer(c.exec.allocator, cast[s].served * row * sizeof(float));
-        c.dev.zero(dk_acc[s].data(), dk_acc[s].bytes());
-        c.dev.zero(dv_acc[s].data(), dv_acc[s].bytes());
-      }
-      c.lane.side_waits(c.exec.stream);
-      for (size_t s = 0; s < cast.size(); ++s) {
-        if (s >= 1) c.lane.main_waits(kBlocks, c.exec.stream);
-        if (s + 1 < cast.size()) fetch(c, s + 1, k, v, kb[s + 1], vb[s + 1]);
-        const bool computed = run(s, s ? kb[s].data() : k, s ? vb[s].data() : v);
-        if (s == 0) {
-          if (computed) add_kv(0, dk, dv);
-          continue;
-        }
-        if (computed) add_kv(s, dk_acc[s].as<float>(), dv_acc[s].as<float>());
-        // The fetched chunks' gradients go home while the next stage computes.
-        c.lane.side_waits(c.exec.stream);
-        reduce(c, s, dk_acc[s].as<float>(), dv_acc[s].as<float>(), dk_back[s].as<float>(), dv_back[s].as<float>());
-      }
-      c.lane.join(c.exec.stream);
-      for (size_t s = 1; s < cast.size(); ++s) {
-        int64_t at = 0;
-        for (const Segments& segs : cast[s].to_segs)
-          for (const Segment& g : segs) {
-            const int64_t n = g.size() * row;
-            c.dev.copy(flat(dk_back[s].as<float>() + at * row, LCA_DTYPE_F32, n), flat(dk + g.offset * row, LCA_DTYPE_F32, n), 1, 1, n, true);
-            c.dev.copy(flat(dv_back[s].as<float>() + at * row, LCA_DTYPE_F32, n), flat(dv + g.offset * row, LCA_DTYPE_F32, n), 1, 1, n, true);
-            at += g.size();
-          }
-      }
       return;
     }
     KvRing ring(c, *this, k, v);
@@ -277,6 +232,116 @@ struct ContextStage {
 
  private:
   static constexpr int kBlocks = 0, kGradients = 1;  // Lane marks
+
+  // Group-cast forward: stage 0 (own KV) computes while stage 1's fetch runs on the lane, and so
+  // on. The first stage with cells writes O (problem dtype) and LSE in place; later ones merge in.
+  int32_t cast_forward(const Ctx& c, const void* q, const void* k, const void* v, void* o, float* lse) const {
+    const int64_t N = base.seqlen_q, D = c.dim, Hq = base.heads_q;
+    const size_t esz = dtype_size(c.dtype);
+    std::vector<Buffer> kb(cast.size()), vb(cast.size());
+    alloc_stage_kv(c, kb, vb);
+    Buffer o_part, lse_part;
+    bool have = false;
+    c.lane.side_waits(c.exec.stream);  // own K/V come from the head exchange on the exec stream
+    for (size_t s = 0; s < cast.size(); ++s) {
+      if (s >= 1) c.lane.main_waits(kBlocks, c.exec.stream);  // stage s's KV has arrived
+      if (s + 1 < cast.size()) fetch(c, s + 1, k, v, kb[s + 1], vb[s + 1]);
+      if (plans[s] == nullptr) continue;
+      if (have && !o_part.data()) {
+        o_part = Buffer(c.exec.allocator, N * Hq * D * esz);
+        lse_part = Buffer(c.exec.allocator, N * Hq * sizeof(float));
+      }
+      const int64_t nk = masks[s].seqlen_k;
+      void* out = have ? o_part.data() : o;
+      float* out_lse = have ? lse_part.as<float>() : lse;
+      lca_fwd_args a{sizeof(lca_fwd_args), thd_tensor(const_cast<void*>(q), c.dtype, N, Hq, D),
+                     thd_tensor(const_cast<void*>(s ? kb[s].data() : k), c.dtype, nk, base.heads_kv, D),
+                     thd_tensor(const_cast<void*>(s ? vb[s].data() : v), c.dtype, nk, base.heads_kv, D),
+                     thd_tensor(out, c.dtype, N, Hq, D), lse_tensor(out_lse, Hq, N)};
+      c.kernel.forward(plans[s], a, c.exec);
+      if (have) c.dev.merge(o, c.dtype, lse, o_part.data(), c.dtype, lse_part.as<float>(), N, Hq, D);
+      have = true;
+    }
+    if (!have) {  // no cell at all: O = 0, LSE = -inf
+      c.dev.zero(o, static_cast<size_t>(N * Hq * D) * esz);
+      c.dev.fill(lse, Hq * N, -std::numeric_limits<float>::infinity());
+    }
+    c.lane.join(c.exec.stream);
+    return c.dtype;
+  }
+
+  // Group-cast backward: the fetched stages first, each one's dK/dV going home on the lane while
+  // the next computes, the own KV last (it needs no transfer and hides the last group-reduce).
+  // dQ: the first stage with cells converts into dq, later ones add.
+  void cast_backward(const Ctx& c, const void* q, const void* k, const void* v, const void* o, const void* d_o,
+                     const float* lse, float* dq, float* dk, float* dv, Buffer& dq_part, Buffer& dk_part,
+                     Buffer& dv_part) const {
+    const int64_t N = base.seqlen_q, D = c.dim, Hq = base.heads_q, Hkv = base.heads_kv;
+    const int64_t row = Hkv * D, own = c.kv_elems(c.L.ctx_idx);
+    c.dev.zero(dk, static_cast<size_t>(own) * sizeof(float));
+    c.dev.zero(dv, static_cast<size_t>(own) * sizeof(float));
+    const size_t S = cast.size();
+    std::vector<Buffer> kb(S), vb(S), dk_acc(S), dv_acc(S), dk_back(S), dv_back(S);
+    alloc_stage_kv(c, kb, vb);
+    for (size_t s = 1; s < S; ++s) {
+      dk_acc[s] = Buffer(c.exec.allocator, cast[s].rows * row * sizeof(float));
+      dv_acc[s] = Buffer(c.exec.allocator, cast[s].rows * row * sizeof(float));
+      dk_back[s] = Buffer(c.exec.allocator, cast[s].served * row * sizeof(float));
+      dv_back[s] = Buffer(c.exec.allocator, cast[s].served * row * sizeof(float));
+    }
+    std::vector<size_t> order;
+    for (size_t s = 1; s < S; ++s) order.push_back(s);
+    order.push_back(0);
+    bool have_dq = false;
+    auto T = [&](const void* p, int64_t rows, int64_t heads) {
+      return thd_tensor(const_cast<void*>(p), c.dtype, rows, heads, D);
+    };
+    c.lane.side_waits(c.exec.stream);
+    if (S > 1) fetch(c, 1, k, v, kb[1], vb[1]);
+    for (size_t i = 0; i < order.size(); ++i) {
+      const size_t s = order[i];
+      if (s >= 1) c.lane.main_waits(kBlocks, c.exec.stream);  // stage s's KV has arrived
+      if (i + 1 < order.size() && order[i + 1] >= 1) fetch(c, order[i + 1], k, v, kb[order[i + 1]], vb[order[i + 1]]);
+      const int64_t nk = masks[s].seqlen_k;
+      float* acc_k = s ? dk_acc[s].as<float>() : dk;
+      float* acc_v = s ? dv_acc[s].as<float>() : dv;
+      if (plans[s] != nullptr) {
+        lca_bwd_args a{sizeof(lca_bwd_args), T(q, N, Hq), T(s ? kb[s].data() : k, nk, Hkv),
+                       T(s ? vb[s].data() : v, nk, Hkv), T(o, N, Hq), T(d_o, N, Hq),
+                       lse_tensor(const_cast<float*>(lse), Hq, N), T(dq_part.data(), N, Hq),
+                       T(dk_part.data(), nk, Hkv), T(dv_part.data(), nk, Hkv)};
+        c.kernel.backward(plans[s], a, c.exec);
+        c.dev.copy(flat(dq_part.data(), c.dtype, N * Hq * D), flat(dq, LCA_DTYPE_F32, N * Hq * D), 1, 1, N * Hq * D,
+                   /*add=*/have_dq);
+        have_dq = true;
+        // A fetched stage's partials fill its own buffer whole (copy); the own KV adds into dk/dv.
+        const int64_t count = nk * row;
+        c.dev.copy(flat(dk_part.data(), c.dtype, count), flat(acc_k, LCA_DTYPE_F32, count), 1, 1, count, s == 0);
+        c.dev.copy(flat(dv_part.data(), c.dtype, count), flat(acc_v, LCA_DTYPE_F32, count), 1, 1, count, s == 0);
+      } else if (s >= 1) {
+        c.dev.zero(acc_k, static_cast<size_t>(cast[s].rows * row) * sizeof(float));
+        c.dev.zero(acc_v, static_cast<size_t>(cast[s].rows * row) * sizeof(float));
+      }
+      if (s >= 1) {  // the fetched chunks' gradients go home while the next stage computes
+        c.lane.side_waits(c.exec.stream);
+        reduce(c, s, acc_k, acc_v, dk_back[s].as<float>(), dv_back[s].as<float>());
+      }
+    }
+    if (!have_dq) c.dev.zero(dq, static_cast<size_t>(N * Hq * D) * sizeof(float));
+    c.lane.join(c.exec.stream);
+    for (size_t s = 1; s < S; ++s) {
+      int64_t at = 0;
+      for (const Segments& segs : cast[s].to_segs)
+        for (const Segment& g : segs) {
+          const int64_t n = g.size() * row;
+          c.dev.copy(flat(dk_back[s].as<float>() + at * row, LCA_DTYPE_F32, n), flat(dk + g.offset * row, LCA_DTYPE_F32, n),
+                     1, 1, n, true);
+          c.dev.copy(flat(dv_back[s].as<float>() + at * row, LCA_DTYPE_F32, n), flat(dv + g.offset * row, LCA_DTYPE_F32, n),
+                     1, 1, n, true);
+          at += g.size();
+        }
+    }
+  }
 
   // Which chunks each stage moves, the same on every member: group r fetches a segment of group
   // g when r's rows touch that segment's chunk (balance.touches).

@@ -126,8 +126,8 @@ __global__ void fill_kernel(float* p, int64_t count, float value) {
 }
 
 // One warp a (row, head): the same arithmetic as LseMerge::add on the CPU, in fp32.
-template <class P>
-__global__ void lse_merge_kernel(float* __restrict__ o, float* __restrict__ lse, const P* __restrict__ part,
+template <class O, class P>
+__global__ void lse_merge_kernel(O* __restrict__ o, float* __restrict__ lse, const P* __restrict__ part,
                                  const float* __restrict__ part_lse, int64_t rows, int64_t heads, int64_t dim) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -141,10 +141,34 @@ __global__ void lse_merge_kernel(float* __restrict__ o, float* __restrict__ lse,
     const float a = expf(lo - m), b = expf(ln - m);
     const float l = m + logf(a + b);
     const float wa = expf(lo - l), wb = expf(ln - l);
-    float* out = o + w * dim;
+    O* out = o + w * dim;
     const P* in = part + w * dim;
-    for (int64_t d = lane; d < dim; d += 32) out[d] = wa * out[d] + wb * load<P>(in + d);
+    // Where lo is -inf the old O is garbage (wa = 0): never read into a product that could be NaN.
+    if (lo == -INFINITY) {
+      for (int64_t d = lane; d < dim; d += 32) store<O>(out + d, load<P>(in + d));
+    } else {
+      for (int64_t d = lane; d < dim; d += 32) store<O>(out + d, wa * load<O>(out + d) + wb * load<P>(in + d));
+    }
     if (lane == 0) lse[h * rows + r] = l;
+  }
+}
+
+template <class O>
+void launch_merge(O* o, float* lse, const void* part, int32_t dtype, const float* part_lse, int64_t rows, int64_t heads,
+                  int64_t dim, int blocks, int threads, cudaStream_t s) {
+  switch (dtype) {
+    case LCA_DTYPE_F32:
+      lse_merge_kernel<O, float><<<blocks, threads, 0, s>>>(o, lse, static_cast<const float*>(part), part_lse, rows, heads, dim);
+      break;
+    case LCA_DTYPE_F16:
+      lse_merge_kernel<O, __half><<<blocks, threads, 0, s>>>(o, lse, static_cast<const __half*>(part), part_lse, rows, heads, dim);
+      break;
+    case LCA_DTYPE_BF16:
+      lse_merge_kernel<O, __nv_bfloat16><<<blocks, threads, 0, s>>>(o, lse, static_cast<const __nv_bfloat16*>(part),
+                                                                     part_lse, rows, heads, dim);
+      break;
+    default:
+      throw Error(LCA_ERR_UNSUPPORTED, "cp engine: the CUDA LSE merge takes f32, f16 and bf16 partial outputs");
   }
 }
 
@@ -186,25 +210,19 @@ void zero(void* data, size_t bytes, void* stream) {
   check(cudaMemsetAsync(data, 0, bytes, as_stream(stream)), "cudaMemsetAsync");
 }
 
-void lse_merge(float* o, float* lse, const void* part, int32_t dtype, const float* part_lse, int64_t rows,
-               int64_t heads, int64_t dim, void* stream) {
+void lse_merge(void* o, int32_t o_dtype, float* lse, const void* part, int32_t dtype, const float* part_lse,
+               int64_t rows, int64_t heads, int64_t dim, void* stream) {
   if (rows <= 0 || heads <= 0) return;
   const int threads = 256;
   const int blocks = blocks_for(rows * heads * 32, threads);
   const cudaStream_t s = as_stream(stream);
-  switch (dtype) {
-    case LCA_DTYPE_F32:
-      lse_merge_kernel<float><<<blocks, threads, 0, s>>>(o, lse, static_cast<const float*>(part), part_lse, rows, heads, dim);
-      break;
-    case LCA_DTYPE_F16:
-      lse_merge_kernel<__half><<<blocks, threads, 0, s>>>(o, lse, static_cast<const __half*>(part), part_lse, rows, heads, dim);
-      break;
+  switch (o_dtype) {
+    case LCA_DTYPE_F32: launch_merge(static_cast<float*>(o), lse, part, dtype, part_lse, rows, heads, dim, blocks, threads, s); break;
+    case LCA_DTYPE_F16: launch_merge(static_cast<__half*>(o), lse, part, dtype, part_lse, rows, heads, dim, blocks, threads, s); break;
     case LCA_DTYPE_BF16:
-      lse_merge_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(o, lse, static_cast<const __nv_bfloat16*>(part),
-                                                                  part_lse, rows, heads, dim);
+      launch_merge(static_cast<__nv_bfloat16*>(o), lse, part, dtype, part_lse, rows, heads, dim, blocks, threads, s);
       break;
-    default:
-      throw Error(LCA_ERR_UNSUPPORTED, "cp engine: the CUDA LSE merge takes f32, f16 and bf16 partial outputs");
+    default: throw Error(LCA_ERR_UNSUPPORTED, "cp engine: the CUDA LSE merge writes f32, f16 and bf16 outputs");
   }
   check_launch("lse_merge_kernel");
 }

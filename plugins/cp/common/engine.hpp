@@ -122,16 +122,14 @@ class EngineStrategy : public ICPStrategy {
     const Device dev(p.device_type, exec.stream);
     HeadGroup hg{L, plan.heads, exec.allocator, dev};
     const int64_t N = hg.group_rows(), D = p.head_dim;
-    const size_t esz = dtype_size(p.dtype);
-    Buffer q(exec.allocator, N * L.hq_l * D * esz), k(exec.allocator, N * L.hkv_l * D * esz),
-        v(exec.allocator, N * L.hkv_l * D * esz);
-    hg.scatter(args.q, L.q_head_first, L.hq_l, q.data());
-    hg.scatter(args.k, L.kv_head_first, L.hkv_l, k.data());
-    hg.scatter(args.v, L.kv_head_first, L.hkv_l, v.data());
+    Buffer qb, kb, vb;
+    const void* q = group_input(hg, p, args.q, L.q_head_first, L.hq_l, qb);
+    const void* k = group_input(hg, p, args.k, L.kv_head_first, L.hkv_l, kb);
+    const void* v = group_input(hg, p, args.v, L.kv_head_first, L.hkv_l, vb);
     Buffer o(exec.allocator, N * L.hq_l * D * sizeof(float)), lse(exec.allocator, N * L.hq_l * sizeof(float));
     ContextStage::Ctx c{L, plan.context, plan.kernel, exec, dev, plan.lane, D, p.dtype};
-    plan.stage.forward(c, q.data(), k.data(), v.data(), o.as<float>(), lse.as<float>());
-    hg.gather(o.data(), LCA_DTYPE_F32, args.o, L.q_head_first, L.hq_l, false);
+    const int32_t o_dtype = plan.stage.forward(c, q, k, v, o.data(), lse.as<float>());
+    hg.gather(o.data(), o_dtype, args.o, L.q_head_first, L.hq_l, false);
     hg.gather_lse(lse.as<float>(), args.lse);
   }
 
@@ -142,21 +140,17 @@ class EngineStrategy : public ICPStrategy {
     const Device dev(p.device_type, exec.stream);
     HeadGroup hg{L, plan.heads, exec.allocator, dev};
     const int64_t N = hg.group_rows(), D = p.head_dim;
-    const size_t esz = dtype_size(p.dtype);
-    const size_t q_bytes = N * L.hq_l * D * esz, kv_bytes = N * L.hkv_l * D * esz;
-    Buffer q(exec.allocator, q_bytes), o(exec.allocator, q_bytes), d_o(exec.allocator, q_bytes),
-        k(exec.allocator, kv_bytes), v(exec.allocator, kv_bytes), lse(exec.allocator, N * L.hq_l * 4);
-    hg.scatter(args.q, L.q_head_first, L.hq_l, q.data());
-    hg.scatter(args.o, L.q_head_first, L.hq_l, o.data());
-    hg.scatter(args.d_o, L.q_head_first, L.hq_l, d_o.data());
-    hg.scatter(args.k, L.kv_head_first, L.hkv_l, k.data());
-    hg.scatter(args.v, L.kv_head_first, L.hkv_l, v.data());
+    Buffer qb, ob, dob, kb, vb, lse(exec.allocator, N * L.hq_l * 4);
+    const void* q = group_input(hg, p, args.q, L.q_head_first, L.hq_l, qb);
+    const void* o = group_input(hg, p, args.o, L.q_head_first, L.hq_l, ob);
+    const void* d_o = group_input(hg, p, args.d_o, L.q_head_first, L.hq_l, dob);
+    const void* k = group_input(hg, p, args.k, L.kv_head_first, L.hkv_l, kb);
+    const void* v = group_input(hg, p, args.v, L.kv_head_first, L.hkv_l, vb);
     hg.scatter_lse(args.lse, lse.as<float>());
     Buffer dq(exec.allocator, N * L.hq_l * D * 4), dk(exec.allocator, N * L.hkv_l * D * 4),
         dv(exec.allocator, N * L.hkv_l * D * 4);
     ContextStage::Ctx c{L, plan.context, plan.kernel, exec, dev, plan.lane, D, p.dtype};
-    plan.stage.backward(c, q.data(), k.data(), v.data(), o.data(), d_o.data(), lse.as<float>(),
-                        dq.as<float>(), dk.as<float>(), dv.as<float>());
+    plan.stage.backward(c, q, k, v, o, d_o, lse.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>());
     hg.gather(dq.data(), LCA_DTYPE_F32, args.dq, L.q_head_first, L.hq_l, false);
     hg.gather(dk.data(), LCA_DTYPE_F32, args.dk, L.kv_head_first, L.hkv_l, true);
     hg.gather(dv.data(), LCA_DTYPE_F32, args.dv, L.kv_head_first, L.hkv_l, true);
@@ -164,6 +158,21 @@ class EngineStrategy : public ICPStrategy {
 
  protected:
   std::string name_;
+
+ private:
+  // The head group's packed rows of an input: the host's own buffer when the group is this rank
+  // alone and the tensor is already packed in the problem dtype (no copy), else scattered into
+  // `buf`.
+  static const void* group_input(const HeadGroup& hg, const lca_problem& p, const lca_tensor& t,
+                                 const std::vector<int>& head_first, int h_l, Buffer& buf) {
+    const int64_t D = p.head_dim;
+    if (hg.L.u == 1 && t.dtype == p.dtype && t.shape[1] == h_l && t.stride[2] == 1 && t.stride[1] == D &&
+        t.stride[0] == h_l * D)
+      return t.data;
+    buf = Buffer(hg.alloc, static_cast<size_t>(hg.group_rows() * h_l * D) * dtype_size(p.dtype));
+    hg.scatter(t, head_first, h_l, buf.data());
+    return buf.data();
+  }
 };
 
 // Reads an integer option, refusing other types with the option's name.

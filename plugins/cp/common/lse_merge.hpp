@@ -13,9 +13,9 @@
 
 namespace lca::cp {
 
-// o [rows, heads, dim] and lse [heads, rows], fp32; part [rows, heads, dim] of `dtype`,
-// part_lse [heads, rows] fp32.
-inline void lse_merge_add(float* o, float* lse, const void* part, int32_t dtype, const float* part_lse,
+// o [rows, heads, dim] of o_dtype (fp32, or the problem dtype merged in place) and lse [heads,
+// rows] fp32; part [rows, heads, dim] of `dtype`, part_lse [heads, rows] fp32.
+inline void lse_merge_add(void* o, int32_t o_dtype, float* lse, const void* part, int32_t dtype, const float* part_lse,
                           int64_t rows, int64_t heads, int64_t dim) {
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t r = 0; r < rows; ++r) {
@@ -26,10 +26,16 @@ inline void lse_merge_add(float* o, float* lse, const void* part, int32_t dtype,
       const float a = std::exp(lo - m), b = std::exp(ln - m);  // exp(-inf) = 0
       const float l = m + std::log(a + b);
       const float wa = std::exp(lo - l), wb = std::exp(ln - l);
-      float* out = o + (r * heads + h) * dim;
       const int64_t base = (r * heads + h) * dim;
-      for (int64_t d = 0; d < dim; ++d)
-        out[d] = wa * out[d] + wb * static_cast<float>(load_as_double(part, dtype, base + d));
+      for (int64_t d = 0; d < dim; ++d) {
+        const float in = static_cast<float>(load_as_double(part, dtype, base + d));
+        // Where lo is -inf the old O was never written: take the part alone.
+        const float v = lo == -std::numeric_limits<float>::infinity()
+                            ? in
+                            : wa * static_cast<float>(load_as_double(o, o_dtype, base + d)) + wb * in;
+        if (o_dtype == LCA_DTYPE_F32) static_cast<float*>(o)[base + d] = v;
+        else store_from_double(o, o_dtype, base + d, v);
+      }
       lo = l;
     }
 }

@@ -45,6 +45,50 @@ def _int32(data, shape, device):
     return torch.frombuffer(bytearray(data), dtype=torch.int32).view(*shape).to(device)
 
 
+class TileLists:
+    """VSA's block structure for every head: q2k_idx [1, H, q_tiles, max_kv], q2k_num
+    [1, H, q_tiles], kv_sizes [kv_tiles] from the host's arrays (int32 bytes, one head), and the
+    backward's k2q lists from VSA's invert_indices (made once, here, not in every backward)."""
+
+    def __init__(self, *, heads, q_tiles, kv_tiles, max_kv, q2k_idx, q2k_num, kv_sizes, device,
+                 backward=True):
+        # VSA addresses its lists per (batch, head): the one mask is repeated for each head.
+        idx = _int32(q2k_idx, (1, 1, q_tiles, max_kv), device)
+        num = _int32(q2k_num, (1, 1, q_tiles), device)
+        self.q2k_idx = idx.expand(1, heads, q_tiles, max_kv).contiguous()
+        self.q2k_num = num.expand(1, heads, q_tiles).contiguous()
+        self.kv_sizes = _int32(kv_sizes, (kv_tiles,), device)
+        self.k2q_idx = self.k2q_num = None
+        if backward:
+            self.make_k2q()
+
+    def make_k2q(self):
+        self.k2q_idx, self.k2q_num = vsa_index.invert_indices(self.q2k_idx, self.q2k_num,
+                                                              self.kv_sizes.numel())
+
+
+def vsa_forward(q, k, v, o, lse, lists):
+    """VSA's forward on q, k, v [1, H, S, D] of any strides; its O copied into o, lse = M ln 2."""
+    out, m = vsa_kernels.triton_block_sparse_attn_forward(q, k, v, lists.q2k_idx, lists.q2k_num,
+                                                          lists.kv_sizes)
+    o.copy_(out)
+    torch.mul(m, _LN2, out=lse)
+
+
+def vsa_backward(q, k, v, o, d_o, lse, dq, dk, dv, lists):
+    """VSA's backward from o and lse (M = lse / ln 2), its inputs made dense [1, H, S, D] as it
+    needs, its gradients copied into dq, dk, dv."""
+    if lists.k2q_idx is None:
+        lists.make_k2q()
+    m = lse * _LOG2E
+    gq, gk, gv = vsa_kernels.triton_block_sparse_attn_backward(
+        d_o.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), m,
+        lists.q2k_idx, lists.q2k_num, lists.k2q_idx, lists.k2q_num, lists.kv_sizes)
+    dq.copy_(gq)
+    dk.copy_(gk)
+    dv.copy_(gv)
+
+
 class Plan:
     """One lca plan: VSA's tile lists for every head, the kernels compiled and autotuned for this
     length and head_dim, and the tensors wrapped from the host's buffers."""
@@ -67,16 +111,9 @@ class Plan:
 
         with torch.cuda.stream(self.stream):
             t0 = time.perf_counter()
-            # VSA addresses its lists per (batch, head): the one mask is repeated for each head.
-            idx = _int32(q2k_idx, (1, 1, q_tiles, max_kv), self.device)
-            num = _int32(q2k_num, (1, 1, q_tiles), self.device)
-            self.q2k_idx = idx.expand(1, heads, q_tiles, max_kv).contiguous()
-            self.q2k_num = num.expand(1, heads, q_tiles).contiguous()
-            self.kv_sizes = _int32(kv_sizes, (kv_tiles,), self.device)
-            self.k2q_idx = self.k2q_num = None
-            if warm_backward:
-                self.k2q_idx, self.k2q_num = vsa_index.invert_indices(self.q2k_idx, self.q2k_num,
-                                                                      kv_tiles)
+            self.lists = TileLists(heads=heads, q_tiles=q_tiles, kv_tiles=kv_tiles, max_kv=max_kv,
+                                   q2k_idx=q2k_idx, q2k_num=q2k_num, kv_sizes=kv_sizes,
+                                   device=self.device, backward=warm_backward)
             self.stream.synchronize()
             self.info["index_ms"] = (time.perf_counter() - t0) * 1e3
             self._warm_up(warm_backward)
@@ -84,22 +121,10 @@ class Plan:
 
     # ---- the calls ---------------------------------------------------------------------------
     def _forward(self, q, k, v, o, lse):
-        out, m = vsa_kernels.triton_block_sparse_attn_forward(q, k, v, self.q2k_idx, self.q2k_num,
-                                                              self.kv_sizes)
-        o.copy_(out)
-        torch.mul(m, _LN2, out=lse)
+        vsa_forward(q, k, v, o, lse, self.lists)
 
     def _backward(self, q, k, v, o, d_o, lse, dq, dk, dv):
-        if self.k2q_idx is None:  # a plan made without warm_backward
-            self.k2q_idx, self.k2q_num = vsa_index.invert_indices(
-                self.q2k_idx, self.q2k_num, self.kv_sizes.numel())
-        m = lse * _LOG2E
-        gq, gk, gv = vsa_kernels.triton_block_sparse_attn_backward(
-            d_o.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), m,
-            self.q2k_idx, self.q2k_num, self.k2q_idx, self.k2q_num, self.kv_sizes)
-        dq.copy_(gq)
-        dk.copy_(gk)
-        dv.copy_(gv)
+        vsa_backward(q, k, v, o, d_o, lse, dq, dk, dv, self.lists)
 
     def _warm_up(self, backward):
         """Compiles and autotunes (VSA's forward is autotuned per length and head_dim) and runs
@@ -118,8 +143,8 @@ class Plan:
         best = getattr(vsa_kernels._attn_fwd_sparse, "best_config", None)
         if best is not None:
             self.info["forward_config"] = str(best)
-        out = torch.empty_like(q)  # VSA's O has the strides of Q, as lca's O does
-        self.info["layout_copy_ms_fwd"] = self._time(lambda: (o.copy_(out), torch.mul(lse, _LN2, out=lse)))
+        out, lse_out = torch.empty_like(q), torch.empty_like(lse)  # VSA's O has Q's strides, as lca's O
+        self.info["layout_copy_ms_fwd"] = self._time(lambda: (o.copy_(out), torch.mul(lse, _LN2, out=lse_out)))
         if backward:
             d_o, dq, dk, dv = make(s["seqlen_q"]), torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
             t0 = time.perf_counter()
@@ -176,6 +201,6 @@ class Plan:
 
     def close(self):
         self.tensors.clear()
-        self.q2k_idx = self.q2k_num = self.k2q_idx = self.k2q_num = self.kv_sizes = None
+        self.lists = None
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()

@@ -300,7 +300,7 @@ TEST(MatrixPresets, PaperSparseIsTheBlockSparseStudy) {
   EXPECT_EQ(s.kernels, std::vector<core::KernelEntry>{core::KernelEntry("*")});
   for (const char* k : {"cuda_reference", "cpu_reference"})
     EXPECT_NE(std::find(s.exclude_kernels.begin(), s.exclude_kernels.end(), k), s.exclude_kernels.end()) << k;
-  for (const char* k : {"flex_flash", "torch_flex"})
+  for (const char* k : {"flex_flash", "torch_flex", "vsa_triton"})
     EXPECT_EQ(std::find(s.exclude_kernels.begin(), s.exclude_kernels.end(), k), s.exclude_kernels.end()) << k;
   std::vector<std::string> masks;
   for (int b : {64, 128})

@@ -1,0 +1,307 @@
+// vsa_triton: Video Sparse Attention's Triton kernels (fastvideo-kernel) as an lca kernel, through
+// the embedded CPython interpreter that the PyTorch peers share. create() starts Python (once per
+// process) and imports lca_vsa.py from the plugin's python/ folder; plan() refuses what VSA cannot
+// run, turns the mask's block-sparse form into VSA's tile lists on the host (vsa_blocks) and hands
+// them to a Python Plan, which compiles and autotunes the kernels for the shape outside the timed
+// region; forward()/backward() wrap the host's buffers as DLPack capsules (no copy) and call the
+// Plan on the host's stream.
+#include "vsa_blocks.hpp"
+#include "plugins/kernels/torch_common/python_runtime.hpp"
+
+#include <lca/lca.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#ifndef LCA_VSA_PYTHON
+#define LCA_VSA_PYTHON "python3"
+#endif
+
+namespace lca_vsa {
+namespace {
+
+using namespace lca_torch;  // the embedded interpreter (torch_common/python_runtime.hpp)
+
+using lca::Error;
+
+PyObject* bytes_of(const std::vector<int32_t>& v) {
+  return checked(PyBytes_FromStringAndSize(reinterpret_cast<const char*>(v.data()),
+                                           static_cast<Py_ssize_t>(v.size() * sizeof(int32_t))),
+                 "bytes");
+}
+
+// One tensor role of a call as the Python side last saw it, so that unchanged buffers are passed
+// as None and the wrapped tensor is reused (less Python work inside the timed call).
+struct Bound {
+  void* data = nullptr;
+  std::array<int64_t, 3> shape{}, stride{};
+  bool same(const lca_tensor& t) const {
+    return data == t.data && shape == std::array<int64_t, 3>{t.shape[0], t.shape[1], t.shape[2]} &&
+           stride == std::array<int64_t, 3>{t.stride[0], t.stride[1], t.stride[2]};
+  }
+  void set(const lca_tensor& t) {
+    data = t.data;
+    shape = {t.shape[0], t.shape[1], t.shape[2]};
+    stride = {t.stride[0], t.stride[1], t.stride[2]};
+  }
+};
+
+enum Role { kQ, kK, kV, kO, kLse, kDo, kDq, kDk, kDv, kRoles };
+
+class VsaPlan final : public lca::IPlan {
+ public:
+  lca_problem problem{};
+  PyRef plan;  // lca_vsa.Plan
+  std::string blocks_summary;
+  double blocks_ms = 0, plan_ms = 0;
+  std::array<Bound, kRoles> bound{};
+
+  ~VsaPlan() override { drop(); }
+  void release(const lca_exec& /*exec*/) override {
+    if (!plan) return;
+    Gil gil;
+    PyRef r(PyObject_CallMethod(plan.get(), "close", nullptr));
+    if (!r) PyErr_Clear();  // release() cannot fail; the objects go below all the same
+    plan = PyRef();
+  }
+  std::string info() const override {
+    if (!plan) return {};
+    Gil gil;
+    PyRef text(checked(PyObject_CallMethod(plan.get(), "info_json", nullptr), "plan info"));
+    const char* s = PyUnicode_AsUTF8(text.get());
+    if (s == nullptr) throw_python_error("plan info");
+    nlohmann::json j = nlohmann::json::parse(s);
+    j["mask"] = blocks_summary;
+    j["mask_build_ms"] = blocks_ms;
+    j["plan_ms_in_plugin"] = plan_ms;
+    return j.dump();
+  }
+
+  // A role's argument: None when the same buffer as last time, else a fresh capsule over it.
+  PyObject* arg(Role role, const lca_tensor& t, bool is_lse) {
+    if (bound[role].same(t)) Py_RETURN_NONE;
+    const int32_t device = problem.device_index;
+    const int64_t heads = problem.heads_q;
+    PyObject* capsule = nullptr;
+    if (is_lse) {  // {H, S, 1} -> [1, H, S]
+      const int64_t shape[3] = {1, heads, t.shape[1]};
+      const int64_t strides[3] = {heads * t.stride[0], t.stride[0], t.stride[1]};
+      capsule = dlpack_capsule(t.data, LCA_DTYPE_F32, device, 3, shape, strides);
+    } else {  // THD {S, H, D} -> [1, H, S, D] with strides {S*H*D, D, H*D, 1}
+      const int64_t shape[4] = {1, heads, t.shape[0], t.shape[2]};
+      const int64_t strides[4] = {t.shape[0] * t.stride[0], t.stride[1], t.stride[0], t.stride[2]};
+      capsule = dlpack_capsule(t.data, t.dtype, device, 4, shape, strides);
+    }
+    bound[role].set(t);
+    return capsule;
+  }
+  // After a failed call the Python side may hold fewer tensors than `bound` says: start over.
+  void forget_bound() { bound = {}; }
+
+ private:
+  void drop() {
+    if (!plan) return;
+    Gil gil;
+    plan = PyRef();
+  }
+};
+
+class VsaTriton final : public lca::IKernel {
+ public:
+  explicit VsaTriton(const lca_host_info& host) : log_(host.log), log_ctx_(host.log_ctx) {
+    try {
+      const nlohmann::json config =
+          nlohmann::json::parse(host.config_json && *host.config_json ? host.config_json : "{}");
+      for (const auto& [key, value] : config.items())
+        lca::require(key == "warm_backward" && value.is_boolean(), LCA_ERR_INVALID_ARGUMENT,
+                     "vsa_triton: unknown option '" + key + "' (the one option is warm_backward: true or false)");
+      warm_backward_ = config.value("warm_backward", true);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(LCA_ERR_INVALID_ARGUMENT, std::string("vsa_triton: bad config: ") + e.what());
+    }
+    const char* env = std::getenv("LCA_TORCH_PYTHON");
+    const std::string python = env && *env ? env : LCA_VSA_PYTHON;
+    const std::filesystem::path module_dir = std::filesystem::path(host.plugin_dir ? host.plugin_dir : ".") / "python";
+    for (const char* file : {"lca_vsa.py", "fastvideo_kernel_vsa/block_sparse_attn_triton.py"})
+      lca::require(std::filesystem::exists(module_dir / file), LCA_ERR_INVALID_ARGUMENT,
+                   "vsa_triton: " + (module_dir / file).string() +
+                       " is missing; rebuild (it is copied beside the plugin) or reinstall");
+    const auto t0 = std::chrono::steady_clock::now();
+    start_python(python, module_dir.string());
+    Gil gil;
+    module_ = PyRef(checked(PyImport_ImportModule("lca_vsa"), "import lca_vsa (torch, triton, VSA's kernels) with " + python));
+    log(2, "vsa_triton: Python " + std::string(Py_GetVersion()).substr(0, 6) + " from " + python + ", VSA imported in " +
+               std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
+  }
+  ~VsaTriton() override {
+    if (!module_) return;
+    Gil gil;
+    module_ = PyRef();
+  }
+
+  std::unique_ptr<lca::IPlan> plan(const lca_problem& p, const lca_mask& mask, const lca_exec& exec) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    validate(p, mask);
+    VsaBlocks b;
+    try {
+      b = build_vsa_blocks(mask);
+    } catch (const Error& e) {
+      throw Error(e.status(), std::string("vsa_triton: ") + e.what());
+    }
+    auto pl = std::make_unique<VsaPlan>();
+    pl->problem = p;
+    pl->blocks_summary = b.describe();
+    pl->blocks_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    {
+      Gil gil;
+      PyRef kwargs(checked(PyDict_New(), "kwargs"));
+      auto put = [&](const char* key, PyObject* value) {
+        PyRef v(checked(value, key));
+        if (PyDict_SetItemString(kwargs.get(), key, v.get()) != 0) throw_python_error(key);
+      };
+      put("device", PyLong_FromLong(p.device_index));
+      put("stream", PyLong_FromUnsignedLongLong(reinterpret_cast<uintptr_t>(exec.stream)));
+      put("seqlen_q", PyLong_FromLongLong(p.seqlen_q));
+      put("seqlen_k", PyLong_FromLongLong(p.seqlen_k));
+      put("heads", PyLong_FromLong(p.heads_q));
+      put("head_dim", PyLong_FromLong(p.head_dim));
+      put("dtype", PyUnicode_FromString(lca::dtype_name(p.dtype)));
+      put("scale", PyFloat_FromDouble(p.softmax_scale));
+      put("q_tiles", PyLong_FromLongLong(b.q_tiles));
+      put("kv_tiles", PyLong_FromLongLong(b.kv_tiles));
+      put("max_kv", PyLong_FromLong(b.max_kv));
+      put("q2k_idx", bytes_of(b.q2k_idx));
+      put("q2k_num", bytes_of(b.q2k_num));
+      put("kv_sizes", bytes_of(b.kv_sizes));
+      put("warm_backward", PyBool_FromLong(warm_backward_));
+      PyRef cls(checked(PyObject_GetAttrString(module_.get(), "Plan"), "lca_vsa.Plan"));
+      PyRef args(checked(PyTuple_New(0), "args"));
+      pl->plan = PyRef(checked(PyObject_Call(cls.get(), args.get(), kwargs.get()), "plan"));
+    }
+    pl->plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    log(1, "vsa_triton: " + pl->blocks_summary + "; plan " + std::to_string(pl->plan_ms) + " ms");
+    return pl;
+  }
+
+  void forward(lca::IPlan& base, const lca_fwd_args& a, const lca_exec& /*exec*/) override {
+    auto& pl = static_cast<VsaPlan&>(base);
+    const lca_problem& p = pl.problem;
+    lca::require(a.struct_size >= sizeof(lca_fwd_args), LCA_ERR_INVALID_ARGUMENT, "vsa_triton: lca_fwd_args too small");
+    check_thd(a.q, "q", p, p.seqlen_q);
+    check_thd(a.k, "k", p, p.seqlen_k);
+    check_thd(a.v, "v", p, p.seqlen_k);
+    check_thd(a.o, "o", p, p.seqlen_q);
+    check_lse(a.lse, p);
+    Gil gil;
+    PyRef q, k, v, o, lse;
+    try {
+      q = PyRef(pl.arg(kQ, a.q, false));
+      k = PyRef(pl.arg(kK, a.k, false));
+      v = PyRef(pl.arg(kV, a.v, false));
+      o = PyRef(pl.arg(kO, a.o, false));
+      lse = PyRef(pl.arg(kLse, a.lse, true));
+    } catch (...) {
+      pl.forget_bound();
+      throw;
+    }
+    PyRef r(PyObject_CallMethod(pl.plan.get(), "forward", "OOOOO", q.get(), k.get(), v.get(), o.get(), lse.get()));
+    if (!r) {
+      pl.forget_bound();
+      throw_python_error("forward");
+    }
+  }
+
+  void backward(lca::IPlan& base, const lca_bwd_args& a, const lca_exec& /*exec*/) override {
+    auto& pl = static_cast<VsaPlan&>(base);
+    const lca_problem& p = pl.problem;
+    lca::require(a.struct_size >= sizeof(lca_bwd_args), LCA_ERR_INVALID_ARGUMENT, "vsa_triton: lca_bwd_args too small");
+    for (auto [t, n] : {std::pair{&a.q, "q"}, {&a.o, "o"}, {&a.d_o, "d_o"}, {&a.dq, "dq"}}) check_thd(*t, n, p, p.seqlen_q);
+    for (auto [t, n] : {std::pair{&a.k, "k"}, {&a.v, "v"}, {&a.dk, "dk"}, {&a.dv, "dv"}}) check_thd(*t, n, p, p.seqlen_k);
+    check_lse(a.lse, p);
+    Gil gil;
+    PyRef q, k, v, o, d_o, lse, dq, dk, dv;
+    try {
+      q = PyRef(pl.arg(kQ, a.q, false));
+      k = PyRef(pl.arg(kK, a.k, false));
+      v = PyRef(pl.arg(kV, a.v, false));
+      o = PyRef(pl.arg(kO, a.o, false));
+      d_o = PyRef(pl.arg(kDo, a.d_o, false));
+      lse = PyRef(pl.arg(kLse, a.lse, true));
+      dq = PyRef(pl.arg(kDq, a.dq, false));
+      dk = PyRef(pl.arg(kDk, a.dk, false));
+      dv = PyRef(pl.arg(kDv, a.dv, false));
+    } catch (...) {
+      pl.forget_bound();
+      throw;
+    }
+    PyRef r(PyObject_CallMethod(pl.plan.get(), "backward", "OOOOOOOOO", q.get(), k.get(), v.get(), o.get(), d_o.get(),
+                                lse.get(), dq.get(), dk.get(), dv.get()));
+    if (!r) {
+      pl.forget_bound();
+      throw_python_error("backward");
+    }
+  }
+
+ private:
+  // What the manifest declares, checked again here (a caller other than lcahost may ask), and
+  // what only the problem shows.
+  static void validate(const lca_problem& p, const lca_mask& mask) {
+    lca::require(p.struct_size >= sizeof(lca_problem), LCA_ERR_INVALID_ARGUMENT, "vsa_triton: lca_problem too small");
+    lca::require(p.device_type == LCA_DEVICE_CUDA, LCA_ERR_UNSUPPORTED, "vsa_triton: runs on CUDA devices only");
+    lca::require(p.dtype == LCA_DTYPE_BF16, LCA_ERR_UNSUPPORTED,
+                 std::string("vsa_triton: dtype ") + lca::dtype_name(p.dtype) +
+                     " unsupported (bf16 only: VSA's Triton kernels round P and dS to bf16)");
+    lca::require(p.head_dim == 64 || p.head_dim == 128, LCA_ERR_UNSUPPORTED,
+                 "vsa_triton: head_dim " + std::to_string(p.head_dim) + " unsupported (64, 128)");
+    lca::require(p.heads_q > 0 && p.heads_kv > 0, LCA_ERR_INVALID_ARGUMENT, "vsa_triton: heads must be positive");
+    lca::require(p.heads_q == p.heads_kv, LCA_ERR_UNSUPPORTED,
+                 "vsa_triton: no GQA (heads " + std::to_string(p.heads_q) + ":" + std::to_string(p.heads_kv) +
+                     "): VSA's kernels read K and V of the query's own head");
+    const double want = 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+    lca::require(std::abs(p.softmax_scale / want - 1.0) < 1e-6, LCA_ERR_UNSUPPORTED,
+                 "vsa_triton: softmax scale " + std::to_string(p.softmax_scale) +
+                     " unsupported (VSA fixes it at 1/sqrt(head_dim))");
+    lca::require(p.seqlen_q > 0 && p.seqlen_k > 0 && mask.seqlen_q == p.seqlen_q && mask.seqlen_k == p.seqlen_k,
+                 LCA_ERR_INVALID_ARGUMENT, "vsa_triton: the mask's size differs from the problem's");
+  }
+
+  static void check_thd(const lca_tensor& t, const char* what, const lca_problem& p, int64_t tokens) {
+    const int64_t d = p.head_dim, heads = p.heads_q;
+    lca::require(t.struct_size >= sizeof(lca_tensor) && t.data != nullptr && t.dtype == p.dtype &&
+                     t.shape[0] == tokens && t.shape[1] == heads && t.shape[2] == d && t.stride[2] == 1 &&
+                     t.stride[1] == d && t.stride[0] == heads * d,
+                 LCA_ERR_INVALID_ARGUMENT,
+                 std::string("vsa_triton: ") + what + " must be a dense THD " + lca::dtype_name(p.dtype) + " tensor {" +
+                     std::to_string(tokens) + ", " + std::to_string(heads) + ", " + std::to_string(d) + "}");
+  }
+
+  static void check_lse(const lca_tensor& t, const lca_problem& p) {
+    lca::require(t.struct_size >= sizeof(lca_tensor) && t.dtype == LCA_DTYPE_F32 && t.data != nullptr &&
+                     t.shape[0] == p.heads_q && t.shape[1] == p.seqlen_q && t.stride[0] == p.seqlen_q &&
+                     t.stride[1] == 1,
+                 LCA_ERR_INVALID_ARGUMENT,
+                 "vsa_triton: lse must be dense fp32 {" + std::to_string(p.heads_q) + ", " + std::to_string(p.seqlen_q) +
+                     ", 1}");
+  }
+
+  void log(int32_t level, const std::string& message) const {
+    if (log_ != nullptr) log_(log_ctx_, level, message.c_str());
+  }
+
+  PyRef module_;
+  bool warm_backward_ = true;
+  lca_log_fn log_ = nullptr;
+  void* log_ctx_ = nullptr;
+};
+
+}  // namespace
+}  // namespace lca_vsa
+
+LCA_EXPORT_KERNEL(lca_vsa::VsaTriton, "vsa_triton", "0.1.0", true)

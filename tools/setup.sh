@@ -41,3 +41,11 @@ if [ -n "$nvcc_bin" ] && [ ! -f "$fe/include/cudnn_frontend.h" ]; then
   fi
   rm -rf "$tmp"
 fi
+
+# FlashAttention-4 for the fa4 plugin: 115 MB of wheels packed for device calls, minutes of xz;
+# only when asked (LCA_FETCH_FA4=1), and never a failure of setup (fetch_fa4.sh exits 0 offline).
+if [ "${LCA_FETCH_FA4:-0}" = 1 ]; then
+  "$root/tools/fetch_fa4.sh" || echo "setup: tools/fetch_fa4.sh failed; the fa4 plugin will find no site folder"
+elif [ ! -d "$root/.deps/fa4/site" ]; then
+  echo "setup: FA4 (fa4 plugin) not fetched: LCA_FETCH_FA4=1 make setup, or tools/fetch_fa4.sh"
+fi

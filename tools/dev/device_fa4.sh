@@ -138,8 +138,13 @@ if has matrix; then
   jsonl="$work/fa4-dense.jsonl"
   if [ -s "$jsonl" ]; then resume=(--resume "$jsonl"); else resume=(--out "$jsonl"); fi
   # The host's own deadline first, so that the call ends with the results file closed.
+  kernels=""
+  for k in fa4 flex_flash cudnn_sdpa; do
+    [ -f "build-gpu/plugins/liblca_$k.so" ] && kernels+="${kernels:+,}$k" || echo "MATRIX: $k was not built"
+  done
   timeout "$(( $(left) - 40 ))" build-gpu/bin/lcahost --plugins build-gpu/plugins \
-    --matrix tools/dev/matrices/fa4-dense.json "${resume[@]}" ${MATRIX_ARGS:-} > "$work/matrix.log" 2>&1
+    --matrix tools/dev/matrices/fa4-dense.json --kernels "$kernels" "${resume[@]}" ${MATRIX_ARGS:-} \
+    > "$work/matrix.log" 2>&1
   rc=$?
   echo "lcahost exit $rc (124: out of time; the same call again resumes)"
   grep -E "ERROR|FAIL|E  " "$work/matrix.log" | grep -v " X  " | head -20

@@ -83,3 +83,11 @@ PY
     echo "setup: could not fetch fastvideo-kernel $vsa_version; the vsa_triton plugin will not be built"
   fi
 fi
+
+# FlashAttention-4 for the fa4 plugin: 115 MB of wheels packed for device calls, minutes of xz;
+# only when asked (LCA_FETCH_FA4=1), and never a failure of setup (fetch_fa4.sh exits 0 offline).
+if [ "${LCA_FETCH_FA4:-0}" = 1 ]; then
+  "$root/tools/fetch_fa4.sh" || echo "setup: tools/fetch_fa4.sh failed; the fa4 plugin will find no site folder"
+elif [ ! -d "$root/.deps/fa4/site" ]; then
+  echo "setup: FA4 (fa4 plugin) not fetched: LCA_FETCH_FA4=1 make setup, or tools/fetch_fa4.sh"
+fi

@@ -58,7 +58,8 @@ struct Options {
   std::string model_dtype = "bf16";
   std::vector<std::string> model_passes{"fwd"};
   uint64_t model_seed = 42;
-  std::string model_probe, model_rates, model_rate_kernel = "flex_flash", model_validate, model_json;
+  std::vector<std::string> model_rates;
+  std::string model_probe, model_rate_kernel = "flex_flash", model_validate, model_json;
   double model_rate = 0, model_call_us = 0;
   double model_intra_GBps = 0, model_inter_GBps = 0, model_intra_us = -1, model_inter_us = -1, model_hbm_GBps = 0;
   // list / caps

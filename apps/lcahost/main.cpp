@@ -135,8 +135,8 @@ int main(int argc, char** argv) {
       ->check(lca::app::unsigned_64());
   model->add_option("--probe", opt.model_probe, "Links from a probe file (lcahost cp-probe --out)");
   model->add_option("--rates", opt.model_rates,
-                    "Single-GPU results (JSON Lines): the local kernel's TFLOP/s for the mask, shape and pass at the "
-                    "total length or the nearest");
+                    "Single-GPU results (JSON Lines, repeatable): the local kernel's TFLOP/s for the mask, shape and "
+                    "pass at the total length or the nearest");
   model->add_option("--rate-kernel", opt.model_rate_kernel, "The kernel whose rate --rates gives (default flex_flash)");
   model->add_option("--rate", opt.model_rate, "The local kernel's TFLOP/s instead of --rates")
       ->check(lca::app::finite_number(0.0, 1e6, true));

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -245,6 +246,15 @@ int cmd_cp_model(const Options& opt) {
   if (mask_list.empty()) mask_list = {"full", "causal", "causal_document"};
   std::vector<std::string> strategies = opt.model_strategies;
   if (strategies.empty()) strategies = core::model::strategy_names();
+  // Bad names are refused before any table is printed.
+  const auto& known = core::model::strategy_names();
+  for (const auto& st : strategies)
+    if (std::find(known.begin(), known.end(), st) == known.end())
+      throw std::runtime_error("--strategies: unknown CP strategy '" + st +
+                               "' (known: ulysses, ring_p2p, ring_allgather, usp, loongtrain, balanced)");
+  for (const auto& m : mask_list)
+    if (!masks.find(core::MaskSpec::parse(m).pattern))
+      throw std::runtime_error("--masks: unknown mask '" + m + "' (see `lcahost masks`)");
   const int hq = opt.model_heads_q, hkv = opt.model_heads_kv;
   nlohmann::json all = nlohmann::json::array();
   for (const std::string& mtext : mask_list) {

@@ -43,6 +43,26 @@ struct Options {
   std::string cp_comm;  // "nccl" or "mpi"; "" = nccl for CUDA kernels, mpi for CPU ones
   int cp_topology = 0;
   std::string cp_options = "{}";
+  // cp-probe
+  bool cp_probe = false;
+  std::string probe_sizes;  // "" = the device's defaults
+  int probe_warmup = 3;
+  int probe_repeats = 10;
+  // cp-model
+  std::vector<std::string> model_strategies;  // empty = all six
+  std::vector<int> model_worlds{8, 16, 32, 64, 96};
+  int model_gpus_per_node = 8;
+  bool model_gpus_per_node_given = false;
+  int64_t model_tokens_per_gpu = 32768;
+  int64_t model_seqlen = 0;  // total; 0 = tokens a GPU x world
+  int model_heads_q = 64, model_heads_kv = 8, model_head_dim = 128;
+  std::string model_dtype = "bf16";
+  std::vector<std::string> model_passes{"fwd"};
+  uint64_t model_seed = 42;
+  std::vector<std::string> model_rates;
+  std::string model_probe, model_rate_kernel = "flex_flash", model_validate, model_json;
+  double model_rate = 0, model_call_us = 0;
+  double model_intra_GBps = 0, model_inter_GBps = 0, model_intra_us = -1, model_inter_us = -1, model_hbm_GBps = 0;
   // list / caps
   std::string format = "table";
   std::string caps_mask;
@@ -84,6 +104,10 @@ int cmd_masks(const Options& opt);
 int cmd_run(const Options& opt);
 int cmd_run_cell(const Options& opt);
 int cmd_cp(Options opt, int* argc, char*** argv);
+int cmd_cp_probe(Options opt, int* argc, char*** argv);
+int cmd_cp_model(const Options& opt);
+// --sizes of cp-probe: "64K,1M" -> bytes, sorted, without repeats; throws naming the bad piece.
+std::vector<int64_t> parse_probe_sizes(const std::string& text);
 // Runs the report script (share/lca/report.py) with `command` and args; returns only on error.
 int cmd_script(const std::string& command, const std::vector<std::string>& args);
 

@@ -103,6 +103,70 @@ int main(int argc, char** argv) {
   masks->add_option("--png", opt.show_png, "Also write the mask as a PNG");
   masks->add_option("--width", opt.show_width, "Characters across, 1 to 4096 (default 64)")->check(CLI::Range(1, 4096));
 
+  auto* probe = app.add_subcommand(
+      "cp-probe", "Communicator bandwidth and latency under mpirun (ring neighbours, all-to-all): "
+                  "mpirun -np N lcahost cp-probe --out probe.json");
+  probe->fallthrough();
+  probe->add_option("--sizes", opt.probe_sizes,
+                    "Message sizes, bytes a rank with K/M/G suffixes (default 64K,1M,16M,256M on GPUs; up to 16M on "
+                    "the CPU)");
+  probe->add_option("--warmup", opt.probe_warmup, "Untimed calls a size (default 3)")->check(CLI::Range(0, 1000));
+  probe->add_option("--repeats", opt.probe_repeats, "Timed calls a size, the median kept (default 10)")
+      ->check(CLI::Range(1, 10000));
+
+  auto* model = app.add_subcommand(
+      "cp-model", "Predicted per-GPU TFLOP/s of each CP strategy at 8..96 GPUs from the mask's layout, the local "
+                  "kernel's rate and the links; --validate R.jsonl checks it against measured CP cells");
+  model->fallthrough();
+  model->add_option("--strategies", opt.model_strategies, "Strategies (comma separated; default all six)")
+      ->delimiter(',');
+  model->add_option("--worlds", opt.model_worlds, "World sizes (default 8,16,32,64,96)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 65536));
+  auto* gpn = model->add_option("--gpus-per-node", opt.model_gpus_per_node,
+                                "GPUs a node (default 8; --validate: the run's local size)")
+                  ->check(CLI::Range(1, 1024));
+  model->add_option("--tokens-per-gpu", opt.model_tokens_per_gpu, "Tokens a GPU (default 32768)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  model->add_option("--seqlen", opt.model_seqlen, "Total tokens instead, the same at every world size")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  model->add_option("--heads-q", opt.model_heads_q, "Query heads (default 64)")->check(CLI::Range(1, 4096));
+  model->add_option("--heads-kv", opt.model_heads_kv, "KV heads (default 8)")->check(CLI::Range(1, 4096));
+  model->add_option("--head-dim", opt.model_head_dim, "Head dim (default 128)")->check(CLI::Range(1, 4096));
+  model->add_option("--dtype", opt.model_dtype, "bf16 (default), f16 or f32")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  model->add_option("--pass", opt.model_passes, "fwd, bwd or fwd,bwd (default fwd)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fwd", "bwd"}));
+  model->add_option("--seed", opt.model_seed, "Mask seed (default 42, the matrices' default)")
+      ->check(lca::app::unsigned_64());
+  model->add_option("--probe", opt.model_probe, "Links from a probe file (lcahost cp-probe --out)");
+  model->add_option("--rates", opt.model_rates,
+                    "Single-GPU results (JSON Lines, repeatable): the local kernel's TFLOP/s for the mask, shape and "
+                    "pass at the total length or the nearest");
+  model->add_option("--rate-kernel", opt.model_rate_kernel, "The kernel whose rate --rates gives (default flex_flash)");
+  model->add_option("--rate", opt.model_rate, "The local kernel's TFLOP/s instead of --rates")
+      ->check(lca::app::finite_number(0.0, 1e6, true));
+  model->add_option("--call-us", opt.model_call_us, "Fixed cost of one local kernel call in us (default 0)")
+      ->check(lca::app::finite_number(0.0, 1e6));
+  model->add_option("--intra-gbps", opt.model_intra_GBps,
+                    "Intra-node GB/s a GPU and direction (default 300: NVLink 4, 450 peak, at p2p efficiency)")
+      ->check(lca::app::finite_number(0.0, 1e6, true));
+  model->add_option("--intra-us", opt.model_intra_us, "Intra-node latency in us (default 10)")
+      ->check(lca::app::finite_number(0.0, 1e6));
+  model->add_option("--inter-gbps", opt.model_inter_GBps,
+                    "Inter-node GB/s a GPU and direction (default 45: 400 Gb/s InfiniBand a GPU)")
+      ->check(lca::app::finite_number(0.0, 1e6, true));
+  model->add_option("--inter-us", opt.model_inter_us, "Inter-node latency in us (default 15)")
+      ->check(lca::app::finite_number(0.0, 1e6));
+  model->add_option("--memory-gbps", opt.model_hbm_GBps,
+                    "GB/s of the engine's memory-bound passes (merges, fills, packing; default 2000)")
+      ->check(lca::app::finite_number(0.0, 1e6, true));
+  model->add_option("--validate", opt.model_validate,
+                    "A CP results file: predict each measured multi-GPU cell and print the error");
+  model->add_option("--json", opt.model_json, "Also write the predictions as JSON to this file");
+  model->add_option("--format", opt.format, "table or md")->check(CLI::IsMember({"table", "md"}));
+
   auto* run_cell = app.add_subcommand("run-cell", "Internal: run one cell and print its result (used by --isolate)");
   run_cell->group("");
   run_cell->add_option("--cell", opt.cell_json, "The cell as JSON")->required();
@@ -128,6 +192,14 @@ int main(int argc, char** argv) {
     if (*caps) return lca::app::cmd_caps(opt);
     if (*masks) return lca::app::cmd_masks(opt);
     if (*run_cell) return lca::app::cmd_run_cell(opt);
+    if (*model) {
+      opt.model_gpus_per_node_given = gpn->count() > 0;
+      return lca::app::cmd_cp_model(opt);
+    }
+    if (*probe) {
+      opt.cp_probe = true;
+      return lca::app::cmd_cp_probe(opt, &argc, &argv);
+    }
     if (*report) return lca::app::cmd_script("report", report->remaining());
     if (*compare) return lca::app::cmd_script("compare", compare->remaining());
     if (!opt.cp.empty()) return lca::app::cmd_cp(opt, &argc, &argv);

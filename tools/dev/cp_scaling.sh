@@ -6,7 +6,9 @@
 # memory (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) for the scaling model's validation.
 # Usage: tools/dev/cp_scaling.sh [PHASES]  (default "build test quick balance probe offlink")
 #   NP (default: every GPU), DEADLINE (seconds, default 560): a phase starts only while time is left;
-#   BALANCE_MASKS narrows cp-balance (default all), OFFLINK_MASKS the off-NVLink subset.
+#   BALANCE_MASKS narrows cp-balance (default all), OFFLINK_MASKS the off-NVLink subset; SKIP_NP1=1
+#   skips the one-GPU baseline (when one from the same kind of machine is at hand); LCAHOST_ARGS
+#   adds lcahost arguments to the timed runs (e.g. --warmup-ms 100).
 # Results (.jsonl) and logs go to results/cp-scaling/ and, after each phase, into $OUT/cp.tgz; the
 # summary is on stdout.
 set -uo pipefail
@@ -62,12 +64,14 @@ if has balance && [ "$(left)" -gt 90 ]; then
   bm=()
   [ -n "${BALANCE_MASKS:-}" ] && bm=(--masks "$BALANCE_MASKS")
   total=$((32768 * np))
-  bounded "${host[@]}" --matrix cp-balance --seqlens "$total" "${bm[@]}" --out "$work/cp-balance-np1-$total.jsonl" --force \
-    > "$work/balance-np1.log" 2>&1 || status=1
-  grep -E "^# summary" "$work/balance-np1.log"
-  stamp "cp-balance one GPU at $total"
-  pack
-  bounded "${mpi[@]}" -np "$np" "${host[@]}" --cp '*' --cp-kernel flex_flash --matrix cp-balance "${bm[@]}" \
+  if [ "${SKIP_NP1:-0}" != 1 ]; then
+    bounded "${host[@]}" --matrix cp-balance --seqlens "$total" "${bm[@]}" ${LCAHOST_ARGS:-} \
+      --out "$work/cp-balance-np1-$total.jsonl" --force > "$work/balance-np1.log" 2>&1 || status=1
+    grep -E "^# summary" "$work/balance-np1.log"
+    stamp "cp-balance one GPU at $total"
+    pack
+  fi
+  bounded "${mpi[@]}" -np "$np" "${host[@]}" --cp '*' --cp-kernel flex_flash --matrix cp-balance "${bm[@]}" ${LCAHOST_ARGS:-} \
     --out "$work/cp-balance-np$np.jsonl" --force > "$work/balance-np$np.log" 2>&1 || status=1
   grep -E "^# summary|FAIL|ERROR" "$work/balance-np$np.log" | head
   stamp "cp-balance np $np"
@@ -76,9 +80,9 @@ fi
 
 if has probe && [ "$(left)" -gt 40 ]; then
   if "${host[@]}" cp-probe --help > /dev/null 2>&1; then
-    "${mpi[@]}" -np "$np" "${host[@]}" cp-probe --out "$work/probe-np$np.json" > "$work/probe.log" 2>&1 || status=1
+    "${mpi[@]}" -np "$np" "${host[@]}" cp-probe ${PROBE_ARGS:-} --out "$work/probe-np$np.json" > "$work/probe.log" 2>&1 || status=1
     NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "${mpi[@]}" -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE -np "$np" "${host[@]}" \
-      cp-probe --out "$work/probe-np$np-offlink.json" >> "$work/probe.log" 2>&1 || status=1
+      cp-probe ${PROBE_ARGS:-} --out "$work/probe-np$np-offlink.json" >> "$work/probe.log" 2>&1 || status=1
     tail -20 "$work/probe.log"
   else
     echo "no cp-probe in this build"
@@ -90,7 +94,7 @@ fi
 if has offlink && [ "$(left)" -gt 60 ]; then
   om=${OFFLINK_MASKS:-full,causal,causal_document:dist=prolong64k}
   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 bounded "${mpi[@]}" -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE -np "$np" "${host[@]}" \
-    --cp '*' --cp-kernel flex_flash --matrix cp-balance --masks "$om" \
+    --cp '*' --cp-kernel flex_flash --matrix cp-balance --masks "$om" ${LCAHOST_ARGS:-} \
     --out "$work/cp-balance-np$np-offlink.jsonl" --force > "$work/offlink.log" 2>&1 || status=1
   grep -E "^# summary|FAIL|ERROR" "$work/offlink.log" | head
   stamp "off-NVLink np $np"

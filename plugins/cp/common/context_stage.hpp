@@ -10,8 +10,10 @@
 
 #include "balance.hpp"
 #include "buffers.hpp"
+#include "cast_plan.hpp"
 #include "device.hpp"
 #include "layout.hpp"
+#include "options.hpp"
 #include "schedule.hpp"
 #include "slice_clip.hpp"
 
@@ -23,8 +25,6 @@
 
 namespace lca::cp {
 
-enum class ContextMode { ring, allgather, groupcast };
-
 struct ContextStage {
   ContextMode mode = ContextMode::ring;
   Schedule sched;
@@ -32,16 +32,7 @@ struct ContextStage {
   std::vector<lca_plan*> plans;   // nullptr where the block pair has no cell
   lca_problem base{};             // the local problem, seqlen_k set per block
 
-  // Group-cast: stage 0 is the group's own KV; stage s >= 1 fetches from the groups at ring
-  // distances d whose stage_of(d) is s, and serves the groups at the same distances behind it.
-  struct CastStage {
-    std::vector<int> from;                  // groups this stage fetches from
-    std::vector<Segments> from_segs;        // their local segments fetched, in order
-    std::vector<int> to;                    // groups that fetch from this one in this stage
-    std::vector<Segments> to_segs;          // this group's local segments each of them takes
-    int64_t rows = 0;                       // rows fetched (the stage's KV buffer)
-    int64_t served = 0;                     // rows served (their gradients come back)
-  };
+  // Group-cast (cast_plan.hpp): stage 0 is the group's own KV, stages 1.. fetched chunks.
   std::vector<CastStage> cast;
 
   void prepare(const Layout& L, const lca_problem& global, const std::vector<lca_slice>& slices,
@@ -55,7 +46,7 @@ struct ContextStage {
     const Segments& mine = L.group_segs[L.ctx_idx];
     if (mode == ContextMode::groupcast) {
       require(balance != nullptr, LCA_ERR_INTERNAL, "group-cast needs a balance");
-      plan_cast(L, *balance, remote_stages);
+      cast = plan_cast(L, *balance, remote_stages);
       masks.push_back(clip_mask(slices, mine, mine));
       for (size_t s = 1; s < cast.size(); ++s) {
         Segments fetched;
@@ -340,29 +331,6 @@ struct ContextStage {
                      1, 1, n, true);
           at += g.size();
         }
-    }
-  }
-
-  // Which chunks each stage moves, the same on every member: group r fetches a segment of group
-  // g when r's rows touch that segment's chunk (balance.touches).
-  void plan_cast(const Layout& L, const Balance& b, int remote_stages) {
-    const int cp = L.cp, me = L.ctx_idx;
-    const int stages = cp > 1 ? std::clamp(remote_stages, 1, cp - 1) : 0;
-    cast.assign(1 + stages, {});
-    auto needed = [&](int r, int g) {
-      Segments out;
-      for (const Segment& seg : L.group_segs[g])
-        if (b.touches(r, b.chunk_of(seg.begin))) out.push_back(seg);
-      return out;
-    };
-    for (int d = 1; d < cp; ++d) {
-      CastStage& st = cast[1 + int64_t(d - 1) * stages / (cp - 1)];
-      const int g = (me + d) % cp, r = (me - d + cp) % cp;
-      Segments from = needed(me, g), to = needed(r, me);
-      for (const Segment& x : from) st.rows += x.size();
-      for (const Segment& x : to) st.served += x.size();
-      if (!from.empty()) st.from.push_back(g), st.from_segs.push_back(std::move(from));
-      if (!to.empty()) st.to.push_back(r), st.to_segs.push_back(std::move(to));
     }
   }
 

@@ -9,6 +9,7 @@
 #include "context_stage.hpp"
 #include "head_exchange.hpp"
 #include "layout.hpp"
+#include "options.hpp"
 
 #include <lca/cp_strategy.hpp>
 
@@ -19,17 +20,6 @@
 #include <vector>
 
 namespace lca::cp {
-
-struct EngineOptions {
-  int head_degree = 1;  // u: Ulysses members per head group
-  bool zigzag = false;  // load-balanced chunks across context groups
-  ContextMode mode = ContextMode::ring;
-  int window = 0;       // double ring: members per inner ring (0: a single ring)
-  // Group-cast (mode groupcast): the sequence in cp * chunks_per_group chunks dealt out by mask
-  // area (balance.hpp), remote KV fetched in remote_stages stages after the local one.
-  int chunks_per_group = 8;
-  int remote_stages = 1;
-};
 
 class EnginePlan final : public ICPPlan {
  public:
@@ -174,20 +164,5 @@ class EngineStrategy : public ICPStrategy {
     return buf.data();
   }
 };
-
-// Reads an integer option, refusing other types with the option's name.
-inline int int_option(const nlohmann::json& j, const char* key, int fallback) {
-  if (!j.contains(key)) return fallback;
-  require(j[key].is_number_integer(), LCA_ERR_INVALID_ARGUMENT,
-          std::string("option \"") + key + "\" must be an integer, got " + j[key].dump());
-  return j[key].get<int>();
-}
-
-inline bool bool_option(const nlohmann::json& j, const char* key, bool fallback) {
-  if (!j.contains(key)) return fallback;
-  require(j[key].is_boolean(), LCA_ERR_INVALID_ARGUMENT,
-          std::string("option \"") + key + "\" must be true or false, got " + j[key].dump());
-  return j[key].get<bool>();
-}
 
 }  // namespace lca::cp

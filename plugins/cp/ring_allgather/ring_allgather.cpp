@@ -8,12 +8,8 @@ namespace lca::cp {
 class RingAllGather final : public EngineStrategy {
  public:
   explicit RingAllGather(const lca_host_info&) : EngineStrategy("ring_allgather") {}
-  EngineOptions choose(const nlohmann::json& j, const Comm&, const lca_problem&) override {
-    EngineOptions o;
-    o.head_degree = 1;
-    o.zigzag = bool_option(j, "zigzag", true);
-    o.mode = ContextMode::allgather;
-    return o;
+  EngineOptions choose(const nlohmann::json& j, const Comm& world, const lca_problem& p) override {
+    return choose_ring_allgather(j, world.size(), world.local_size(), p);
   }
 };
 

@@ -8,12 +8,8 @@ namespace lca::cp {
 class RingP2P final : public EngineStrategy {
  public:
   explicit RingP2P(const lca_host_info&) : EngineStrategy("ring_p2p") {}
-  EngineOptions choose(const nlohmann::json& j, const Comm&, const lca_problem&) override {
-    EngineOptions o;
-    o.head_degree = 1;
-    o.zigzag = bool_option(j, "zigzag", true);
-    o.mode = ContextMode::ring;
-    return o;
+  EngineOptions choose(const nlohmann::json& j, const Comm& world, const lca_problem& p) override {
+    return choose_ring_p2p(j, world.size(), world.local_size(), p);
   }
 };
 

@@ -8,14 +8,8 @@ namespace lca::cp {
 class Ulysses final : public EngineStrategy {
  public:
   explicit Ulysses(const lca_host_info&) : EngineStrategy("ulysses") {}
-  EngineOptions choose(const nlohmann::json&, const Comm& world, const lca_problem& p) override {
-    const int W = world.size();
-    const std::string why = head_degree_problem(W, p.heads_q, p.heads_kv);
-    require(why.empty(), LCA_ERR_UNSUPPORTED,
-            "ulysses shards heads over all " + std::to_string(W) + " ranks: " + why);
-    EngineOptions o;
-    o.head_degree = W;  // one context group: the context stage is a single local block
-    return o;
+  EngineOptions choose(const nlohmann::json& j, const Comm& world, const lca_problem& p) override {
+    return choose_ulysses(j, world.size(), world.local_size(), p);
   }
 };
 

@@ -10,17 +10,7 @@ class Usp final : public EngineStrategy {
  public:
   explicit Usp(const lca_host_info&) : EngineStrategy("usp") {}
   EngineOptions choose(const nlohmann::json& j, const Comm& world, const lca_problem& p) override {
-    const int W = world.size();
-    EngineOptions o;
-    o.head_degree = int_option(j, "ulysses_degree", 0);
-    if (o.head_degree <= 0)
-      o.head_degree = largest_head_degree(W, std::max(1, world.local_size()), p.heads_q, p.heads_kv);
-    require(W % o.head_degree == 0, LCA_ERR_UNSUPPORTED,
-            "usp: ulysses_degree " + std::to_string(o.head_degree) + " does not divide the world size " +
-                std::to_string(W));
-    o.zigzag = bool_option(j, "zigzag", true);
-    o.mode = ContextMode::ring;
-    return o;
+    return choose_usp(j, world.size(), world.local_size(), p);
   }
 };
 

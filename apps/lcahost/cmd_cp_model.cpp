@@ -1,0 +1,334 @@
+// lcahost cp-model: the scaling model's table (per strategy and world size: per-GPU TFLOP/s,
+// share of one GPU, time, and where the slowest rank spends it), and --validate, which predicts
+// every measured CP cell of a results file at its own world size and prints the error.
+#include "commands.hpp"
+
+#include "core/mask/mask_source.hpp"
+#include "core/model/cp_model.hpp"
+#include "core/plugin/registry.hpp"
+
+#include <lca/error.hpp>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace lca::app {
+
+namespace {
+
+using core::model::Machine;
+using core::model::Prediction;
+
+std::vector<nlohmann::json> read_records(const std::string& path, const char* what) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(std::string(what) + " " + path + ": cannot read the file");
+  std::vector<nlohmann::json> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      out.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(std::string(what) + " " + path + ": line " + std::to_string(n) +
+                               " is not JSON (a results file has one JSON object a line)");
+    }
+  }
+  return out;
+}
+
+// The links from a probe file (lcahost cp-probe --out); links it did not measure keep `m`'s.
+void read_probe(const std::string& path, Machine& m) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("--probe " + path + ": cannot read the file");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception&) {
+    throw std::runtime_error("--probe " + path + ": not JSON; give a file written by `lcahost cp-probe --out`");
+  }
+  if (!j.is_object() || j.value("type", "") != "cp_probe" || !j.contains("links"))
+    throw std::runtime_error("--probe " + path + ": not a probe file (no \"type\": \"cp_probe\" with links); "
+                             "give a file written by `lcahost cp-probe --out`");
+  for (const char* name : {"intra", "inter"}) {
+    if (!j["links"].contains(name)) continue;
+    const auto& l = j["links"][name];
+    core::model::Link& dst = std::string(name) == "intra" ? m.intra : m.inter;
+    dst.GBps = l.value("bandwidth_GBps", dst.GBps);
+    dst.latency_us = l.value("latency_us", dst.latency_us);
+  }
+}
+
+struct RateQuery {
+  std::string mask_label, dtype, pass;
+  nlohmann::json params;
+  int heads_q = 0, heads_kv = 0, head_dim = 0;
+  int64_t seqlen = 0;
+};
+
+// The local kernel's TFLOP/s for this mask, shape and pass: the single-GPU record at the length
+// nearest the total (in ratio). Throws naming what is missing and the way out.
+double find_rate(const std::vector<nlohmann::json>& records, const std::string& kernel, const RateQuery& q,
+                 const std::string& file, int64_t* found_seqlen) {
+  double best = -1, best_dist = 1e300;
+  for (const auto& r : records) {
+    if (r.value("type", "") != "cell" || r.value("status", "") != "ok" || r.value("kernel", "") != kernel) continue;
+    if (r.value("mask", "") != q.mask_label || r.value("mask_params", nlohmann::json::object()) != q.params) continue;
+    if (r.value("heads_q", 0) != q.heads_q || r.value("heads_kv", 0) != q.heads_kv ||
+        r.value("head_dim", 0) != q.head_dim || r.value("pass", "") != q.pass || r.value("dtype", "") != q.dtype)
+      continue;
+    const double s = r.value("seqlen", 0.0);
+    if (s <= 0 || !r.contains("tflops") || !r["tflops"].is_number()) continue;
+    const double d = std::abs(std::log(s / double(q.seqlen)));
+    if (d < best_dist) best_dist = d, best = r["tflops"].get<double>(), *found_seqlen = static_cast<int64_t>(s);
+  }
+  if (best <= 0)
+    throw std::runtime_error("--rates " + file + ": no ok " + kernel + " record for " + q.mask_label +
+                             (q.params.empty() ? "" : " " + q.params.dump()) + " " + q.pass + " heads " +
+                             std::to_string(q.heads_q) + ":" + std::to_string(q.heads_kv) + " d" +
+                             std::to_string(q.head_dim) + " " + q.dtype +
+                             "; run that cell on one GPU (lcahost --matrix ...) or give --rate TFLOPS");
+  return best;
+}
+
+int dtype_bytes(const std::string& d) {
+  if (d == "bf16" || d == "f16") return 2;
+  if (d == "f32") return 4;
+  throw std::runtime_error("--dtype '" + d + "': bf16, f16 or f32");
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+nlohmann::json to_json(const Prediction& p) {
+  nlohmann::json j = {{"strategy", p.strategy}, {"world", p.world}};
+  if (!p.refused.empty()) {
+    j["refused"] = p.refused;
+    return j;
+  }
+  j.update({{"head_degree", p.head_degree}, {"context_degree", p.context_degree}, {"window", p.window},
+            {"zigzag", p.zigzag}, {"time_ms", p.time_ms}, {"tflops_per_gpu", p.tflops_per_gpu},
+            {"share", p.share}, {"flops", p.total_flops},
+            {"slowest_rank", {{"rank", p.slowest.rank}, {"kernel_ms", p.slowest.kernel_ms},
+                              {"comm_ms", p.slowest.comm_ms}, {"memory_ms", p.slowest.memory_ms},
+                              {"calls", p.slowest.calls}}}});
+  return j;
+}
+
+struct Setup {
+  Machine machine;
+  core::model::KernelRate rate;
+  std::vector<nlohmann::json> rate_records;
+};
+
+}  // namespace
+
+int cmd_cp_model(const Options& opt) {
+  Setup su;
+  su.machine.gpus_per_node = opt.model_gpus_per_node;
+  if (!opt.model_probe.empty()) read_probe(opt.model_probe, su.machine);
+  if (opt.model_intra_GBps > 0) su.machine.intra.GBps = opt.model_intra_GBps;
+  if (opt.model_inter_GBps > 0) su.machine.inter.GBps = opt.model_inter_GBps;
+  if (opt.model_intra_us >= 0) su.machine.intra.latency_us = opt.model_intra_us;
+  if (opt.model_inter_us >= 0) su.machine.inter.latency_us = opt.model_inter_us;
+  if (opt.model_hbm_GBps > 0) su.machine.hbm_GBps = opt.model_hbm_GBps;
+  su.rate.call_us = opt.model_call_us;
+  if (opt.model_rates.empty() && opt.model_rate <= 0)
+    throw std::runtime_error("cp-model needs the local kernel's rate: --rates FILE.jsonl (single-GPU results) or "
+                             "--rate TFLOPS");
+  for (const auto& file : opt.model_rates)
+    for (auto& r : read_records(file, "--rates")) su.rate_records.push_back(std::move(r));
+  std::string rate_files;
+  for (const auto& file : opt.model_rates) rate_files += (rate_files.empty() ? "" : ", ") + file;
+  nlohmann::json options;
+  try {
+    options = nlohmann::json::parse(opt.cp_options);
+  } catch (const nlohmann::json::exception&) {
+    throw std::runtime_error("--cp-options '" + opt.cp_options + "' is not valid JSON; give an object");
+  }
+  if (!options.is_object()) throw std::runtime_error("--cp-options '" + opt.cp_options + "' is not a JSON object");
+
+  const auto reg = core::Registry::load(plugin_dir(opt));
+  core::MaskSource masks(reg);
+  auto slices_of = [&](const core::MaskSpec& spec, int64_t S, uint64_t seed) {
+    const auto g = masks.generate(spec, S, seed);
+    const lca_mask& m = g->mask();
+    if (m.block_sparse != nullptr && m.num_slices == 0)
+      throw std::runtime_error("mask " + spec.label() + " is block-sparse only; the model needs slices");
+    return std::vector<lca_slice>(m.slices, m.slices + m.num_slices);
+  };
+  auto rate_for = [&](const core::MaskSpec& spec, const core::model::Problem& P, const std::string& dtype,
+                      int64_t* at) {
+    if (opt.model_rate > 0) return opt.model_rate;
+    RateQuery q{spec.pattern, dtype, P.backward ? "bwd" : "fwd", spec.params, P.heads_q, P.heads_kv, P.head_dim,
+                P.seqlen};
+    return find_rate(su.rate_records, opt.model_rate_kernel, q, rate_files, at);
+  };
+
+  if (!opt.model_validate.empty()) {
+    // Every measured multi-GPU cell at its own world size, mask, shape and pass.
+    const auto records = read_records(opt.model_validate, "--validate");
+    nlohmann::json run;
+    int n = 0, within = 0;
+    double worst = 0, sum_abs = 0;
+    std::printf("%-15s %-30s %4s %4s %-9s %9s %9s %7s   %s\n", "strategy", "mask", "W", "pass", "heads", "measured",
+                "model", "error", "model: kernel/comm/memory ms of the slowest rank");
+    for (const auto& r : records) {
+      if (r.value("type", "") == "run") run = r;
+      if (r.value("type", "") != "cell" || r.value("status", "") != "ok" || !r.contains("cp_ranks")) continue;
+      const int W = run.contains("cp") ? run["cp"].value("world_size", 0) : 0;
+      if (W < 2) continue;
+      const std::string kernel = r.value("kernel", "");
+      const std::string strategy = kernel.substr(0, kernel.find('/'));
+      core::MaskSpec spec{r.value("mask", ""), r.value("mask_params", nlohmann::json::object())};
+      core::model::Problem P;
+      P.seqlen = r.value("seqlen", int64_t(0));
+      P.heads_q = r.value("heads_q", 0);
+      P.heads_kv = r.value("heads_kv", 0);
+      P.head_dim = r.value("head_dim", 0);
+      P.dtype_bytes = dtype_bytes(r.value("dtype", "bf16"));
+      P.backward = r.value("pass", "fwd") == "bwd";
+      const uint64_t seed = run.contains("matrix") ? run["matrix"].value("seed", uint64_t(42)) : 42;
+      P.slices = slices_of(spec, P.seqlen, seed);
+      Machine m = su.machine;
+      const int local = run["cp"].value("local_size", 0);
+      if (opt.model_gpus_per_node_given == false && local > 0) m.gpus_per_node = local;
+      int64_t at = 0;
+      core::model::KernelRate rate = su.rate;
+      rate.tflops = rate_for(spec, P, r.value("dtype", "bf16"), &at);
+      const nlohmann::json run_options = run["cp"].value("options", nlohmann::json::object());
+      const Prediction p = core::model::predict(P, strategy, run_options, W, m, rate);
+      const double measured = r.value("tflops", 0.0);
+      const std::string heads = std::to_string(P.heads_q) + ":" + std::to_string(P.heads_kv);
+      if (!p.refused.empty()) {
+        std::printf("%-15s %-30s %4d %4s %-9s %9.1f %9s   model refuses: %s\n", strategy.c_str(),
+                    spec.label().c_str(), W, P.backward ? "bwd" : "fwd", heads.c_str(), measured, "-",
+                    p.refused.c_str());
+        continue;
+      }
+      const double err = (p.tflops_per_gpu - measured) / measured;
+      ++n;
+      within += std::abs(err) <= 0.15;
+      worst = std::max(worst, std::abs(err));
+      sum_abs += std::abs(err);
+      std::printf("%-15s %-30s %4d %4s %-9s %9.1f %9.1f %+6.1f%%   %.1f/%.1f/%.1f\n", strategy.c_str(),
+                  spec.label().c_str(), W, P.backward ? "bwd" : "fwd", heads.c_str(), measured, p.tflops_per_gpu,
+                  100 * err, p.slowest.kernel_ms, p.slowest.comm_ms, p.slowest.memory_ms);
+    }
+    if (n == 0)
+      throw std::runtime_error("--validate " + opt.model_validate +
+                               ": no ok context-parallel cell of 2 or more GPUs (records with cp_ranks under a run "
+                               "record whose cp.world_size >= 2)");
+    std::printf("# summary: %d cells, %d within 15%%, mean |error| %.1f%%, worst %.1f%% (links intra %.0f GB/s "
+                "%.0f us, inter %.0f GB/s %.0f us; memory %.0f GB/s; %.0f us a call)\n",
+                n, within, 100 * sum_abs / n, 100 * worst, su.machine.intra.GBps, su.machine.intra.latency_us,
+                su.machine.inter.GBps, su.machine.inter.latency_us, su.machine.hbm_GBps, su.rate.call_us);
+    return 0;
+  }
+
+  // The table: every mask x pass x strategy x world size.
+  std::vector<std::string> mask_list;
+  for (const auto& m : opt.masks)
+    for (const auto& x : core::split_mask_list(m)) mask_list.push_back(x);
+  if (mask_list.empty()) mask_list = {"full", "causal", "causal_document"};
+  std::vector<std::string> strategies = opt.model_strategies;
+  if (strategies.empty()) strategies = core::model::strategy_names();
+  // Bad names are refused before any table is printed.
+  const auto& known = core::model::strategy_names();
+  for (const auto& st : strategies)
+    if (std::find(known.begin(), known.end(), st) == known.end())
+      throw std::runtime_error("--strategies: unknown CP strategy '" + st +
+                               "' (known: ulysses, ring_p2p, ring_allgather, usp, loongtrain, balanced)");
+  for (const auto& m : mask_list)
+    if (!masks.find(core::MaskSpec::parse(m).pattern))
+      throw std::runtime_error("--masks: unknown mask '" + m + "' (see `lcahost masks`)");
+  const int hq = opt.model_heads_q, hkv = opt.model_heads_kv;
+  nlohmann::json all = nlohmann::json::array();
+  for (const std::string& mtext : mask_list) {
+    const core::MaskSpec spec = core::MaskSpec::parse(mtext);
+    for (const std::string& pass : opt.model_passes) {
+      if (pass != "fwd" && pass != "bwd") throw std::runtime_error("--pass '" + pass + "': fwd or bwd");
+      if (opt.format == "md")
+        std::printf("\n%s, %s, heads %d:%d, d%d, %s\n\n| strategy | GPUs | u x cp | TFLOP/s a GPU | share | ms | "
+                    "kernel / comm / memory ms |\n|---|---|---|---|---|---|---|\n",
+                    spec.label().c_str(), pass.c_str(), hq, hkv, opt.model_head_dim, opt.model_dtype.c_str());
+      else
+        std::printf("\n# %s %s heads %d:%d d%d %s\n%-15s %5s %8s %13s %6s %10s   %s\n", spec.label().c_str(),
+                    pass.c_str(), hq, hkv, opt.model_head_dim, opt.model_dtype.c_str(), "strategy", "GPUs", "u x cp",
+                    "TFLOP/s a GPU", "share", "ms", "slowest rank: kernel / comm / memory ms");
+      for (int W : opt.model_worlds) {
+        core::model::Problem P;
+        P.seqlen = opt.model_seqlen > 0 ? opt.model_seqlen : opt.model_tokens_per_gpu * int64_t(W);
+        P.heads_q = hq;
+        P.heads_kv = hkv;
+        P.head_dim = opt.model_head_dim;
+        P.dtype_bytes = dtype_bytes(opt.model_dtype);
+        P.backward = pass == "bwd";
+        P.slices = slices_of(spec, P.seqlen, opt.model_seed);
+        int64_t at = 0;
+        core::model::KernelRate rate = su.rate;
+        try {
+          rate.tflops = rate_for(spec, P, opt.model_dtype, &at);
+        } catch (const std::runtime_error& e) {
+          // One missing rate leaves the other masks' tables standing.
+          if (opt.format == "md") std::printf("| all | %d | | no rate | | | %s |\n", W, e.what());
+          else std::printf("%-15s %5d   no rate: %s\n", "all", W, e.what());
+          all.push_back({{"mask", spec.label()}, {"pass", pass}, {"world", W}, {"no_rate", e.what()}});
+          continue;
+        }
+        for (const std::string& st : strategies) {
+          const Prediction p = core::model::predict(P, st, options, W, su.machine, rate);
+          nlohmann::json j = to_json(p);
+          j.update({{"mask", spec.label()}, {"pass", pass}, {"seqlen", P.seqlen}, {"heads_q", hq}, {"heads_kv", hkv},
+                    {"head_dim", P.head_dim}, {"rate_tflops", rate.tflops}});
+          if (at > 0) j["rate_seqlen"] = at;
+          all.push_back(j);
+          const std::string shape = std::to_string(p.head_degree) + "x" + std::to_string(p.context_degree);
+          if (!p.refused.empty()) {
+            if (opt.format == "md") std::printf("| %s | %d | — | refused | | | %s |\n", st.c_str(), W, p.refused.c_str());
+            else std::printf("%-15s %5d   refused: %s\n", st.c_str(), W, p.refused.c_str());
+            continue;
+          }
+          const std::string split = fmt("%.1f", p.slowest.kernel_ms) + " / " + fmt("%.1f", p.slowest.comm_ms) +
+                                    " / " + fmt("%.1f", p.slowest.memory_ms);
+          if (opt.format == "md")
+            std::printf("| %s | %d | %s | %.0f | %.2f | %.1f | %s |\n", st.c_str(), W, shape.c_str(),
+                        p.tflops_per_gpu, p.share, p.time_ms, split.c_str());
+          else
+            std::printf("%-15s %5d %8s %13.0f %6.2f %10.1f   %s\n", st.c_str(), W, shape.c_str(), p.tflops_per_gpu,
+                        p.share, p.time_ms, split.c_str());
+        }
+      }
+    }
+  }
+  if (!opt.model_json.empty()) {
+    std::ofstream f(opt.model_json);
+    f << nlohmann::json{{"type", "cp_model"},
+                        {"machine",
+                         {{"gpus_per_node", su.machine.gpus_per_node},
+                          {"intra", {{"GBps", su.machine.intra.GBps}, {"latency_us", su.machine.intra.latency_us}}},
+                          {"inter", {{"GBps", su.machine.inter.GBps}, {"latency_us", su.machine.inter.latency_us}}},
+                          {"hbm_GBps", su.machine.hbm_GBps},
+                          {"call_us", su.rate.call_us}}},
+                        {"predictions", all}}
+             .dump(1)
+      << "\n";
+    if (!f) throw std::runtime_error("--json " + opt.model_json + ": cannot write the file");
+  }
+  return 0;
+}
+
+}  // namespace lca::app

@@ -1,0 +1,488 @@
+// The scaling model: an event simulation of every rank's exec stream and communication lane,
+// step by step as the engine issues its work (plugins/cp/common/engine.hpp, context_stage.hpp).
+#include "core/model/cp_model.hpp"
+
+#include "balance.hpp"
+#include "cast_plan.hpp"
+#include "layout.hpp"
+#include "options.hpp"
+#include "schedule.hpp"
+
+#include <lca/error.hpp>
+#include <lca/types.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+namespace lca::core::model {
+
+namespace {
+
+using cp::Layout;
+using cp::Segment;
+using cp::Segments;
+
+// Cells of (q segments x k segments) from a table over every boundary the layout has: the
+// segments are unions of its chunks, so sums of chunk pairs are exact.
+class AreaTable {
+ public:
+  AreaTable(const std::vector<lca_slice>& slices, const Layout& L) {
+    bounds_ = {0, L.seqlen};
+    for (const auto& rs : L.ranges)
+      for (const auto& r : rs) bounds_.push_back(r.begin), bounds_.push_back(r.end);
+    std::sort(bounds_.begin(), bounds_.end());
+    bounds_.erase(std::unique(bounds_.begin(), bounds_.end()), bounds_.end());
+    n_ = static_cast<int>(bounds_.size()) - 1;
+    area_ = cp::chunk_areas(slices, bounds_);
+  }
+  int64_t cells(const Segments& q, const Segments& k) const {
+    int64_t a = 0;
+    for (const Segment& qs : q) {
+      const int q0 = index(qs.begin), q1 = index(qs.end);
+      for (const Segment& ks : k) {
+        const int k0 = index(ks.begin), k1 = index(ks.end);
+        for (int i = q0; i < q1; ++i)
+          for (int j = k0; j < k1; ++j) a += area_[int64_t(i) * n_ + j];
+      }
+    }
+    return a;
+  }
+
+ private:
+  int index(int64_t t) const {
+    return static_cast<int>(std::lower_bound(bounds_.begin(), bounds_.end(), t) - bounds_.begin());
+  }
+  std::vector<int64_t> bounds_, area_;
+  int n_ = 0;
+};
+
+// Bytes a rank sends and receives in one call, split by the link they cross.
+struct Traffic {
+  double send[2] = {0, 0}, recv[2] = {0, 0};  // [0] intra-node, [1] inter-node
+};
+
+struct Sim {
+  const Problem& P;
+  const Machine& M;
+  const KernelRate& R;
+  const Layout& L;
+  std::vector<double> exec, lane;
+  std::vector<RankTime> t;
+
+  Sim(const Problem& p, const Machine& m, const KernelRate& r, const Layout& l)
+      : P(p), M(m), R(r), L(l), exec(l.world, 0.0), lane(l.world, 0.0), t(l.world) {
+    for (int i = 0; i < l.world; ++i) t[i].rank = i;
+  }
+  int node(int r) const { return r / M.gpus_per_node; }
+  int link(int a, int b) const { return node(a) == node(b) ? 0 : 1; }
+  void add(Traffic& x, int me, int peer, double out, double in) const {
+    if (peer == me) return;
+    x.send[link(me, peer)] += out;
+    x.recv[link(me, peer)] += in;
+  }
+  // A grouped call: the intra- and inter-node parts move at once; each pays its latency once.
+  double transfer_ms(const Traffic& x) const {
+    double ms = 0;
+    const Link* links[2] = {&M.intra, &M.inter};
+    for (int c = 0; c < 2; ++c) {
+      const double bytes = std::max(x.send[c], x.recv[c]);
+      if (bytes > 0) ms = std::max(ms, links[c]->latency_us * 1e-3 + bytes / (links[c]->GBps * 1e9) * 1e3);
+    }
+    return ms;
+  }
+  double memory_ms(double bytes) const { return bytes / (M.hbm_GBps * 1e9) * 1e3; }
+  void pass(int r, double bytes) {
+    const double ms = memory_ms(bytes);
+    exec[r] += ms;
+    t[r].memory_ms += ms;
+  }
+  double flops_of(int64_t cells) const {
+    return 4.0 * double(cells) * P.head_dim * L.hq_l * (P.backward ? 2.5 : 1.0);
+  }
+  void kernel(int r, int64_t cells) {
+    if (cells <= 0) return;
+    const double f = flops_of(cells);
+    const double ms = f / (R.tflops * 1e12) * 1e3 + R.call_us * 1e-3;
+    exec[r] += ms;
+    t[r].kernel_ms += ms;
+    t[r].flops += f;
+    t[r].calls += 1;
+  }
+  // A collective over `members`: it starts when the last member arrives and ends for all when
+  // the slowest member's part is done.
+  void collective(const std::vector<int>& members, const std::vector<Traffic>& traffic) {
+    double start = 0, len = 0;
+    for (size_t i = 0; i < members.size(); ++i) {
+      start = std::max(start, exec[members[i]]);
+      len = std::max(len, transfer_ms(traffic[i]));
+    }
+    for (size_t i = 0; i < members.size(); ++i) {
+      exec[members[i]] = start + len;
+      t[members[i]].comm_ms += len;
+    }
+  }
+  // Point-to-point calls on the lanes of `ranks`, posted once each rank's exec stream reaches
+  // this point; a call completes when its peers have posted theirs too.
+  void lane_calls(const std::vector<int>& ranks, const std::vector<std::vector<int>>& peers,
+                  const std::vector<Traffic>& traffic, std::vector<double>* done) {
+    std::vector<double> ready(L.world, 0.0);
+    for (int r : ranks) ready[r] = std::max(lane[r], exec[r]);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const int r = ranks[i];
+      double start = ready[r];
+      for (int q : peers[i]) start = std::max(start, ready[q]);
+      const double len = transfer_ms(traffic[i]);
+      lane[r] = start + len;
+      t[r].comm_ms += len;
+      if (done) (*done)[r] = lane[r];
+    }
+  }
+  // The ranks of the context ring of head-group member m, indexed by context group.
+  std::vector<int> ring_ranks(int m) const {
+    std::vector<int> v;
+    for (int c = 0; c < L.cp; ++c) v.push_back(L.world_rank(c, m));
+    return v;
+  }
+};
+
+// The Ulysses all-to-all of one tensor of `heads_total` heads (h_l a member), element bytes `esz`
+// (scatter: my rows out, the group's rows in; gather: the reverse). `replicated`: every member
+// receives the same head (KV heads fewer than members), so `h_l` is 1.
+void head_exchange(Sim& s, int h_l, double esz, bool gather) {
+  const Layout& L = s.L;
+  const double D = s.P.head_dim;
+  for (int c = 0; c < L.cp; ++c) {
+    std::vector<int> members;
+    std::vector<Traffic> traffic(L.u);
+    for (int m = 0; m < L.u; ++m) members.push_back(L.world_rank(c, m));
+    for (int m = 0; m < L.u; ++m) {
+      const int me = members[m];
+      const double mine = double(L.rows_of(me)) * h_l * D * esz;
+      for (int i = 0; i < L.u; ++i) {
+        const double theirs = double(L.rows_of(members[i])) * h_l * D * esz;
+        s.add(traffic[m], me, members[i], gather ? theirs : mine, gather ? mine : theirs);
+      }
+      // Packing every member's heads of my rows into the send buffer (or out of the receive
+      // buffer); with one member, the copy into place.
+      s.pass(me, 2.0 * mine * L.u);
+    }
+    if (L.u > 1) s.collective(members, traffic);
+  }
+}
+
+
+// The ring (or double ring) over the context groups, for every head-group member's ring.
+void ring_stage(Sim& s, const AreaTable& A, int window) {
+  const Layout& L = s.L;
+  const Problem& P = s.P;
+  const double D = P.head_dim, esz = P.dtype_bytes;
+  const int cp = L.cp;
+  auto kv_bytes = [&](int g, double e) { return 2.0 * double(L.group_rows[g]) * L.hkv_l * D * e; };
+  std::vector<cp::Schedule> sched;
+  for (int c = 0; c < cp; ++c) sched.push_back(cp::make_schedule(cp, c, window));
+  for (int m = 0; m < L.u; ++m) {
+    const std::vector<int> ranks = s.ring_ranks(m);
+    const double q_elems_row = double(L.hq_l) * D;
+    for (int c = 0; c < cp; ++c) {  // fills of the fp32 output (or dQ) and LSE
+      const double rows = double(L.group_rows[c]);
+      s.pass(ranks[c], rows * q_elems_row * 4 + (P.backward ? 0 : rows * L.hq_l * 4));
+    }
+    std::vector<double> grad_done(L.world, 0.0);
+    for (int t = 0; t < cp; ++t) {
+      if (t + 1 < cp) {  // the next KV block, posted on the lane before this one computes
+        std::vector<std::vector<int>> peers(cp);
+        std::vector<Traffic> traffic(cp);
+        for (int c = 0; c < cp; ++c) {
+          const auto& sc = sched[c];
+          const int to = ranks[sc.send_to[t]], from = ranks[sc.recv_from[t]];
+          peers[c] = {to, from};
+          s.add(traffic[c], ranks[c], to, kv_bytes(sc.block[t], esz), 0);
+          s.add(traffic[c], ranks[c], from, 0, kv_bytes(sc.block[t + 1], esz));
+        }
+        s.lane_calls(ranks, peers, traffic, nullptr);
+      }
+      for (int c = 0; c < cp; ++c) {
+        const int r = ranks[c], b = sched[c].block[t];
+        const int64_t cells = A.cells(L.group_segs[c], L.group_segs[b]);
+        s.kernel(r, cells);
+        if (cells <= 0) continue;
+        const double rows = double(L.group_rows[c]), k_rows = double(L.group_rows[b]);
+        if (!P.backward) {
+          s.pass(r, rows * q_elems_row * (esz + 8));  // the LSE merge into the fp32 output
+        } else {
+          s.exec[r] = std::max(s.exec[r], grad_done[r]);  // this block's dK/dV accumulator arrived
+          s.pass(r, rows * q_elems_row * (esz + 8) + 2 * k_rows * L.hkv_l * D * (esz + 8));
+        }
+      }
+      for (int c = 0; c < cp; ++c)
+        if (t + 1 < cp) s.exec[ranks[c]] = std::max(s.exec[ranks[c]], s.lane[ranks[c]]);
+      if (P.backward && t + 1 < cp) {  // the gradient travels one step behind its block
+        std::vector<std::vector<int>> peers(cp);
+        std::vector<Traffic> traffic(cp);
+        for (int c = 0; c < cp; ++c) {
+          const auto& sc = sched[c];
+          const int to = ranks[sc.send_to[t]], from = ranks[sc.recv_from[t]];
+          peers[c] = {to, from};
+          s.add(traffic[c], ranks[c], to, kv_bytes(sc.block[t], 4), 0);
+          s.add(traffic[c], ranks[c], from, 0, kv_bytes(sc.block[t + 1], 4));
+        }
+        s.lane_calls(ranks, peers, traffic, &grad_done);
+      }
+    }
+    if (P.backward && cp > 1) {  // the gradient of the last block held goes home
+      std::vector<std::vector<int>> peers(cp);
+      std::vector<Traffic> traffic(cp);
+      std::vector<int> movers;
+      for (int c = 0; c < cp; ++c) {
+        const auto& sc = sched[c];
+        if (sc.return_to == c) continue;
+        movers.push_back(ranks[c]);
+        peers[movers.size() - 1] = {ranks[sc.return_to], ranks[sc.return_from]};
+        s.add(traffic[movers.size() - 1], ranks[c], ranks[sc.return_to], kv_bytes(sc.block.back(), 4), 0);
+        s.add(traffic[movers.size() - 1], ranks[c], ranks[sc.return_from], 0, kv_bytes(c, 4));
+      }
+      peers.resize(movers.size());
+      traffic.resize(movers.size());
+      s.lane_calls(movers, peers, traffic, nullptr);
+    }
+    for (int r : ranks) s.exec[r] = std::max(s.exec[r], s.lane[r]);
+  }
+}
+
+// All-gather: the whole KV in one all-to-all each for K and V, one kernel call; backward sums
+// dK/dV back to their owners with an fp32 all-to-all each.
+void allgather_stage(Sim& s, const AreaTable& A) {
+  const Layout& L = s.L;
+  const Problem& P = s.P;
+  const double D = P.head_dim, esz = P.dtype_bytes;
+  const int cp = L.cp;
+  auto kv = [&](int g, double e) { return double(L.group_rows[g]) * L.hkv_l * D * e; };
+  Segments all;
+  for (int g = 0; g < cp; ++g)
+    for (const Segment& x : L.group_segs[g]) all.push_back(x);
+  for (int m = 0; m < L.u; ++m) {
+    const std::vector<int> ranks = s.ring_ranks(m);
+    std::vector<Traffic> gather(cp), back(cp);
+    for (int c = 0; c < cp; ++c)
+      for (int g = 0; g < cp; ++g) {
+        s.add(gather[c], ranks[c], ranks[g], kv(c, esz), kv(g, esz));
+        s.add(back[c], ranks[c], ranks[g], kv(g, 4), kv(c, 4));
+      }
+    s.collective(ranks, gather);  // K
+    s.collective(ranks, gather);  // V
+    double total_rows = 0;
+    for (int g = 0; g < cp; ++g) total_rows += L.group_rows[g];
+    for (int c = 0; c < cp; ++c) {
+      const int r = ranks[c];
+      const double rows = double(L.group_rows[c]);
+      s.kernel(r, A.cells(L.group_segs[c], all));
+      if (!P.backward) {
+        s.pass(r, rows * L.hq_l * D * (4 + esz + 8));
+      } else {
+        s.pass(r, rows * L.hq_l * D * (4 + esz + 8) + 2 * total_rows * L.hkv_l * D * (4 + esz + 8));
+      }
+    }
+    if (P.backward) {
+      s.collective(ranks, back);  // dK
+      s.collective(ranks, back);  // dV
+      for (int c = 0; c < cp; ++c) s.pass(ranks[c], 2 * double(cp + 1) * kv(c, 4));
+    }
+  }
+}
+
+// Group-cast (balanced): stage 0 is the own KV, overlapping the fetch of stage 1; stage s waits
+// for its fetch; backward sends each fetched stage's dK/dV home while the next one computes.
+void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remote_stages) {
+  const Layout& L = s.L;
+  const Problem& P = s.P;
+  const double D = P.head_dim, esz = P.dtype_bytes, row = double(L.hkv_l) * D;
+  const int cp = L.cp;
+  std::vector<std::vector<cp::CastStage>> plans;
+  for (int c = 0; c < cp; ++c) plans.push_back(cp::plan_cast(L, B, remote_stages, c));
+  const size_t stages = plans[0].size();
+  for (int m = 0; m < L.u; ++m) {
+    const std::vector<int> ranks = s.ring_ranks(m);
+    for (int c = 0; c < cp; ++c) {
+      const double rows = double(L.group_rows[c]);
+      s.pass(ranks[c], rows * L.hq_l * D * 4);
+    }
+    std::vector<double> fetched(L.world, 0.0);
+    auto post = [&](size_t st, double e, std::vector<double>* done) {
+      std::vector<std::vector<int>> peers(cp);
+      std::vector<Traffic> traffic(cp);
+      for (int c = 0; c < cp; ++c) {
+        const cp::CastStage& x = plans[c][st];
+        for (size_t i = 0; i < x.to.size(); ++i) {
+          double n = 0;
+          for (const Segment& g : x.to_segs[i]) n += g.size();
+          peers[c].push_back(ranks[x.to[i]]);
+          s.add(traffic[c], ranks[c], ranks[x.to[i]], 2 * n * row * (done ? e : e), 0);
+        }
+        for (size_t i = 0; i < x.from.size(); ++i) {
+          double n = 0;
+          for (const Segment& g : x.from_segs[i]) n += g.size();
+          peers[c].push_back(ranks[x.from[i]]);
+          s.add(traffic[c], ranks[c], ranks[x.from[i]], 0, 2 * n * row * e);
+        }
+      }
+      s.lane_calls(ranks, peers, traffic, done);
+    };
+    for (size_t st = 0; st < stages; ++st) {
+      if (st >= 1)
+        for (int r : ranks) s.exec[r] = std::max(s.exec[r], fetched[r]);
+      if (st + 1 < stages) post(st + 1, esz, &fetched);
+      for (int c = 0; c < cp; ++c) {
+        const int r = ranks[c];
+        Segments k = L.group_segs[c];
+        if (st >= 1) {
+          k.clear();
+          for (const Segments& segs : plans[c][st].from_segs) k.insert(k.end(), segs.begin(), segs.end());
+        }
+        const int64_t cells = A.cells(L.group_segs[c], k);
+        s.kernel(r, cells);
+        if (cells <= 0) continue;
+        double k_rows = 0;
+        for (const Segment& g : k) k_rows += g.size();
+        const double rows = double(L.group_rows[c]);
+        s.pass(r, rows * L.hq_l * D * (esz + 8) + (P.backward ? 2 * k_rows * row * (esz + 8) : 0.0));
+      }
+      if (P.backward && st >= 1) {
+        // dK/dV of the fetched rows go home: the reverse of the fetch, in fp32.
+        std::vector<std::vector<int>> peers(cp);
+        std::vector<Traffic> traffic(cp);
+        for (int c = 0; c < cp; ++c) {
+          const cp::CastStage& x = plans[c][st];
+          for (size_t i = 0; i < x.from.size(); ++i) {
+            double n = 0;
+            for (const Segment& g : x.from_segs[i]) n += g.size();
+            peers[c].push_back(ranks[x.from[i]]);
+            s.add(traffic[c], ranks[c], ranks[x.from[i]], 2 * n * row * 4, 0);
+          }
+          for (size_t i = 0; i < x.to.size(); ++i) {
+            double n = 0;
+            for (const Segment& g : x.to_segs[i]) n += g.size();
+            peers[c].push_back(ranks[x.to[i]]);
+            s.add(traffic[c], ranks[c], ranks[x.to[i]], 0, 2 * n * row * 4);
+          }
+        }
+        s.lane_calls(ranks, peers, traffic, nullptr);
+      }
+    }
+    for (int r : ranks) s.exec[r] = std::max(s.exec[r], s.lane[r]);
+  }
+}
+
+void require_finite(double v, double lo, const std::string& what) {
+  require(std::isfinite(v) && v > lo, LCA_ERR_INVALID_ARGUMENT,
+          what + " must be a finite number above " + std::to_string(lo).substr(0, 3) + ", got " + std::to_string(v));
+}
+
+}  // namespace
+
+const std::vector<std::string>& strategy_names() {
+  static const std::vector<std::string> names = {"ulysses", "ring_p2p", "ring_allgather", "usp", "loongtrain",
+                                                 "balanced"};
+  return names;
+}
+
+double mask_flops(const Problem& P) {
+  int64_t area = 0;
+  for (const lca_slice& x : P.slices) area += slice_area(x);
+  return 4.0 * double(area) * P.head_dim * P.heads_q * (P.backward ? 2.5 : 1.0);
+}
+
+Prediction predict(const Problem& P, const std::string& strategy, const nlohmann::json& options, int world,
+                   const Machine& M, const KernelRate& R) {
+  require(world >= 1 && world <= 65536, LCA_ERR_INVALID_ARGUMENT,
+          "the world size must be 1 to 65536 GPUs, got " + std::to_string(world));
+  require(M.gpus_per_node >= 1, LCA_ERR_INVALID_ARGUMENT,
+          "GPUs a node must be >= 1, got " + std::to_string(M.gpus_per_node));
+  require_finite(M.intra.GBps, 0, "the intra-node bandwidth (GB/s)");
+  require_finite(M.inter.GBps, 0, "the inter-node bandwidth (GB/s)");
+  require(std::isfinite(M.intra.latency_us) && M.intra.latency_us >= 0, LCA_ERR_INVALID_ARGUMENT,
+          "the intra-node latency (us) must be a finite number >= 0");
+  require(std::isfinite(M.inter.latency_us) && M.inter.latency_us >= 0, LCA_ERR_INVALID_ARGUMENT,
+          "the inter-node latency (us) must be a finite number >= 0");
+  require_finite(M.hbm_GBps, 0, "the memory bandwidth (GB/s)");
+  require_finite(R.tflops, 0, "the local kernel's rate (TFLOP/s)");
+  require(std::isfinite(R.call_us) && R.call_us >= 0, LCA_ERR_INVALID_ARGUMENT,
+          "the local kernel's cost a call (us) must be a finite number >= 0");
+  require(P.seqlen >= 1 && P.heads_q >= 1 && P.heads_kv >= 1 && P.head_dim >= 1 && P.heads_q % P.heads_kv == 0,
+          LCA_ERR_INVALID_ARGUMENT,
+          "the problem needs seqlen, heads and head_dim >= 1 with heads_q a multiple of heads_kv");
+  const auto& names = strategy_names();
+  require(std::find(names.begin(), names.end(), strategy) != names.end(), LCA_ERR_INVALID_ARGUMENT,
+          "unknown CP strategy '" + strategy + "' (known: ulysses, ring_p2p, ring_allgather, usp, loongtrain, balanced)");
+
+  Prediction out;
+  out.strategy = strategy;
+  out.world = world;
+  out.total_flops = mask_flops(P);
+  lca_problem p{};
+  p.struct_size = sizeof(lca_problem);
+  p.seqlen_q = p.seqlen_k = P.seqlen;
+  p.heads_q = P.heads_q;
+  p.heads_kv = P.heads_kv;
+  p.head_dim = P.head_dim;
+  cp::EngineOptions o;
+  Layout L;
+  cp::Balance B;
+  try {
+    o = cp::choose_strategy(strategy, options, world, std::min(world, M.gpus_per_node), p);
+    cp::GroupRuns runs;
+    if (o.mode == cp::ContextMode::groupcast) {
+      require(o.head_degree >= 1 && world % o.head_degree == 0, LCA_ERR_UNSUPPORTED,
+              "the head degree " + std::to_string(o.head_degree) + " does not divide the world size " +
+                  std::to_string(world));
+      B = cp::make_balance(P.slices, P.seqlen, world / o.head_degree, o.chunks_per_group);
+      for (const auto& chunks : B.chunks) {
+        runs.emplace_back();
+        for (int c : chunks) runs.back().push_back({B.bounds[c], B.bounds[c + 1]});
+      }
+    }
+    L = cp::make_layout(world, 0, o.head_degree, o.zigzag, p, runs.empty() ? nullptr : &runs);
+  } catch (const Error& e) {
+    if (e.status() == LCA_ERR_INVALID_ARGUMENT) throw Error(e.status(), strategy + ": " + e.what());
+    out.refused = e.what();
+    return out;
+  }
+  out.head_degree = L.u;
+  out.context_degree = L.cp;
+  out.zigzag = o.zigzag;
+  out.window = o.mode == cp::ContextMode::ring ? (o.window > 0 ? o.window : L.cp) : 0;
+
+  const AreaTable A(P.slices, L);
+  Sim s(P, M, R, L);
+  const double esz = P.dtype_bytes;
+  const bool shard_kv = P.heads_kv % L.u == 0;
+  // Head exchange in: Q, K, V (and O, dO, LSE for backward).
+  head_exchange(s, L.hq_l, esz, false);
+  head_exchange(s, L.hkv_l, esz, false);
+  head_exchange(s, L.hkv_l, esz, false);
+  if (P.backward) {
+    head_exchange(s, L.hq_l, esz, false);
+    head_exchange(s, L.hq_l, esz, false);
+    head_exchange(s, L.hq_l, 4.0 / P.head_dim, false);
+  }
+  if (o.mode == cp::ContextMode::ring) ring_stage(s, A, o.window);
+  else if (o.mode == cp::ContextMode::allgather) allgather_stage(s, A);
+  else groupcast_stage(s, A, B, o.remote_stages);
+  // Head exchange out: O and LSE, or dQ, dK, dV (replicated KV heads add up in fp32).
+  head_exchange(s, L.hq_l, esz, true);
+  if (!P.backward) {
+    head_exchange(s, L.hq_l, 4.0 / P.head_dim, true);
+  } else {
+    head_exchange(s, L.hkv_l, shard_kv ? esz : 4.0, true);
+    head_exchange(s, L.hkv_l, shard_kv ? esz : 4.0, true);
+  }
+  for (int r = 0; r < world; ++r) s.t[r].total_ms = std::max(s.exec[r], s.lane[r]);
+  out.ranks = s.t;
+  out.slowest = *std::max_element(out.ranks.begin(), out.ranks.end(),
+                                  [](const RankTime& a, const RankTime& b) { return a.total_ms < b.total_ms; });
+  out.time_ms = out.slowest.total_ms;
+  out.tflops_per_gpu = out.time_ms > 0 ? out.total_flops / world / (out.time_ms * 1e-3) / 1e12 : 0.0;
+  out.share = out.tflops_per_gpu / R.tflops;
+  return out;
+}
+
+}  // namespace lca::core::model

@@ -1,0 +1,84 @@
+// The scaling model of context parallelism: per-GPU time and TFLOP/s of each CP strategy at a
+// world size the machine at hand may not have, from the layouts and schedules the strategy
+// plugins compute (plugins/cp/common), a local kernel's rate and the links' bandwidth and latency.
+// Used by `lcahost cp-model` (tables, --validate) and its tests.
+// Rule: exact in what moves and what is computed (every block pair's cells, every transfer's
+// bytes); approximate only in how long each takes (rate, call cost, links, memory passes).
+#pragma once
+
+#include <lca/abi.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lca::core::model {
+
+struct Link {
+  double GBps = 0;        // per GPU and direction, as the ring uses it (all GPUs at once)
+  double latency_us = 0;  // a transfer's fixed cost
+};
+
+struct Machine {
+  int gpus_per_node = 8;
+  // NVLink 4 on H100 SXM: 450 GB/s a direction in the data sheet; NCCL's ring reaches ~75%
+  // (nccl-tests busbw ~360 GB/s on 8 GPUs); 300 keeps a margin for the p2p send/recv the
+  // strategies use. InfiniBand NDR 400 Gb/s a GPU = 50 GB/s line rate; ~45 achieved.
+  Link intra{300.0, 10.0};
+  Link inter{45.0, 15.0};
+  // The engine's fp32 merges, fills, packing and accumulations are memory-bound passes; H100's
+  // HBM3 does 3.35 TB/s at peak and such copy-like kernels about 2.
+  double hbm_GBps = 2000.0;
+};
+
+struct KernelRate {
+  double tflops = 0;   // the local kernel's rate on this mask and pass
+  double call_us = 0;  // fixed cost of one local kernel call (launch, tile scheduling, plan lookup)
+};
+
+struct Problem {
+  std::vector<lca_slice> slices;  // the global mask
+  int64_t seqlen = 0;
+  int heads_q = 0, heads_kv = 0, head_dim = 0;
+  int dtype_bytes = 2;
+  bool backward = false;
+};
+
+struct RankTime {
+  int rank = 0;
+  double total_ms = 0;   // until the rank's last work ends
+  double kernel_ms = 0;  // local kernel calls
+  double comm_ms = 0;    // transfers (overlapped or not)
+  double memory_ms = 0;  // the engine's memory-bound passes
+  double flops = 0;      // of the local kernel calls
+  int calls = 0;
+};
+
+struct Prediction {
+  std::string strategy;
+  int world = 0;
+  std::string refused;  // why the strategy cannot run this world (then nothing else is set)
+  int head_degree = 1, context_degree = 1, window = 0;
+  bool zigzag = false;
+  double total_flops = 0;     // of the mask: 4 * area * head_dim * heads_q (x 2.5 backward)
+  double time_ms = 0;         // the slowest rank's
+  double tflops_per_gpu = 0;  // total_flops / world / time
+  double share = 0;           // of the local kernel's rate
+  RankTime slowest;
+  std::vector<RankTime> ranks;
+};
+
+// Throws lca::Error (LCA_ERR_INVALID_ARGUMENT) for bad numbers and unknown strategies; a strategy
+// that refuses the world (heads not divisible, ...) gives a Prediction with `refused` set.
+Prediction predict(const Problem& problem, const std::string& strategy, const nlohmann::json& options, int world,
+                   const Machine& machine, const KernelRate& rate);
+
+// The six strategies, in the order tables list them.
+const std::vector<std::string>& strategy_names();
+
+// FLOPs of a mask's cells: 4 * area * head_dim * heads_q (x 2.5 backward).
+double mask_flops(const Problem& problem);
+
+}  // namespace lca::core::model

@@ -1,0 +1,150 @@
+// What each CP strategy plugin runs for its options and world: the engine's configuration
+// (head degree, context mode, zigzag, window, chunks), with the options' checks. Used by the
+// strategy plugins' choose() and by the scaling model (core/model), so both see one answer.
+// Rule: pure functions of (options, world size, ranks a node, heads); refusals throw lca::Error.
+#pragma once
+
+#include "layout.hpp"
+
+#include <lca/error.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace lca::cp {
+
+enum class ContextMode { ring, allgather, groupcast };
+
+struct EngineOptions {
+  int head_degree = 1;  // u: Ulysses members per head group
+  bool zigzag = false;  // load-balanced chunks across context groups
+  ContextMode mode = ContextMode::ring;
+  int window = 0;       // double ring: members per inner ring (0: a single ring)
+  // Group-cast (mode groupcast): the sequence in cp * chunks_per_group chunks dealt out by mask
+  // area (balance.hpp), remote KV fetched in remote_stages stages after the local one.
+  int chunks_per_group = 8;
+  int remote_stages = 1;
+};
+
+// Reads an integer option, refusing other types with the option's name.
+inline int int_option(const nlohmann::json& j, const char* key, int fallback) {
+  if (!j.contains(key)) return fallback;
+  require(j[key].is_number_integer(), LCA_ERR_INVALID_ARGUMENT,
+          std::string("option \"") + key + "\" must be an integer, got " + j[key].dump());
+  return j[key].get<int>();
+}
+
+inline bool bool_option(const nlohmann::json& j, const char* key, bool fallback) {
+  if (!j.contains(key)) return fallback;
+  require(j[key].is_boolean(), LCA_ERR_INVALID_ARGUMENT,
+          std::string("option \"") + key + "\" must be true or false, got " + j[key].dump());
+  return j[key].get<bool>();
+}
+
+inline EngineOptions choose_ulysses(const nlohmann::json& j, int W, int local_size, const lca_problem& p) {
+  (void)j, (void)W, (void)local_size, (void)p;  // one signature for every strategy
+  const std::string why = head_degree_problem(W, p.heads_q, p.heads_kv);
+  require(why.empty(), LCA_ERR_UNSUPPORTED,
+          "ulysses shards heads over all " + std::to_string(W) + " ranks: " + why);
+  EngineOptions o;
+  o.head_degree = W;  // one context group: the context stage is a single local block
+  return o;
+}
+
+inline EngineOptions choose_ring_p2p(const nlohmann::json& j, int W, int local_size, const lca_problem& p) {
+  (void)j, (void)W, (void)local_size, (void)p;
+  EngineOptions o;
+  o.head_degree = 1;
+  o.zigzag = bool_option(j, "zigzag", true);
+  o.mode = ContextMode::ring;
+  return o;
+}
+
+inline EngineOptions choose_ring_allgather(const nlohmann::json& j, int W, int local_size, const lca_problem& p) {
+  (void)j, (void)W, (void)local_size, (void)p;
+  EngineOptions o;
+  o.head_degree = 1;
+  o.zigzag = bool_option(j, "zigzag", true);
+  o.mode = ContextMode::allgather;
+  return o;
+}
+
+inline EngineOptions choose_usp(const nlohmann::json& j, int W, int local_size, const lca_problem& p) {
+  (void)j, (void)W, (void)local_size, (void)p;
+  EngineOptions o;
+  o.head_degree = int_option(j, "ulysses_degree", 0);
+  if (o.head_degree <= 0)
+    o.head_degree = largest_head_degree(W, std::max(1, local_size), p.heads_q, p.heads_kv);
+  require(W % o.head_degree == 0, LCA_ERR_UNSUPPORTED,
+          "usp: ulysses_degree " + std::to_string(o.head_degree) + " does not divide the world size " +
+              std::to_string(W));
+  o.zigzag = bool_option(j, "zigzag", true);
+  o.mode = ContextMode::ring;
+  return o;
+}
+
+inline EngineOptions choose_loongtrain(const nlohmann::json& j, int W, int local_size, const lca_problem& p) {
+  (void)j, (void)W, (void)local_size, (void)p;
+  const int local = std::max(1, local_size);
+  EngineOptions o;
+  // Defaults: head parallelism inside a node, but never all of it (keep a context ring).
+  o.head_degree = int_option(j, "head_degree", 0);
+  if (o.head_degree <= 0)
+    o.head_degree = largest_head_degree(W, std::max(1, std::min(local, W / 2)), p.heads_q, p.heads_kv);
+  require(W % o.head_degree == 0, LCA_ERR_UNSUPPORTED,
+          "loongtrain: head_degree " + std::to_string(o.head_degree) +
+              " does not divide the world size " + std::to_string(W));
+  const int cp = W / o.head_degree;
+  // Defaults: an inner ring spans the context ranks of one node.
+  o.window = int_option(j, "window_size", 0);
+  if (o.window <= 0) {
+    o.window = 1;
+    for (int d = 1; d <= cp; ++d)
+      if (cp % d == 0 && d <= std::max(1, local / o.head_degree)) o.window = d;
+  }
+  require(o.window <= cp && cp % o.window == 0, LCA_ERR_UNSUPPORTED,
+          "loongtrain: window_size " + std::to_string(o.window) +
+              " must divide the context degree " + std::to_string(cp));
+  o.zigzag = bool_option(j, "zigzag", true);
+  o.mode = ContextMode::ring;
+  return o;
+}
+
+inline EngineOptions choose_balanced(const nlohmann::json& j, int W, int local_size, const lca_problem& p) {
+  (void)j, (void)W, (void)local_size, (void)p;
+  for (const auto& [key, value] : j.items())
+    require(key == "head_degree" || key == "chunks_per_rank" || key == "stages", LCA_ERR_INVALID_ARGUMENT,
+            "balanced: unknown option \"" + key + "\" (known: head_degree, chunks_per_rank, stages)");
+  EngineOptions o;
+  o.mode = ContextMode::groupcast;
+  o.head_degree = int_option(j, "head_degree", 1);
+  require(o.head_degree >= 1 && W % o.head_degree == 0, LCA_ERR_UNSUPPORTED,
+          "balanced: head_degree " + std::to_string(o.head_degree) + " must be >= 1 and divide the world size " +
+              std::to_string(W));
+  const std::string why = head_degree_problem(o.head_degree, p.heads_q, p.heads_kv);
+  require(why.empty(), LCA_ERR_UNSUPPORTED, "balanced: " + why);
+  o.chunks_per_group = int_option(j, "chunks_per_rank", 8);
+  require(o.chunks_per_group >= 1 && o.chunks_per_group <= 4096, LCA_ERR_INVALID_ARGUMENT,
+          "balanced: chunks_per_rank must be in 1..4096, got " + std::to_string(o.chunks_per_group));
+  o.remote_stages = int_option(j, "stages", 1);
+  require(o.remote_stages >= 1, LCA_ERR_INVALID_ARGUMENT,
+          "balanced: stages must be >= 1, got " + std::to_string(o.remote_stages));
+  return o;
+}
+
+// The configuration of the strategy `name` (a plugin name); throws for an unknown one.
+inline EngineOptions choose_strategy(const std::string& name, const nlohmann::json& j, int W, int local_size,
+                                     const lca_problem& p) {
+  if (name == "ulysses") return choose_ulysses(j, W, local_size, p);
+  if (name == "ring_p2p") return choose_ring_p2p(j, W, local_size, p);
+  if (name == "ring_allgather") return choose_ring_allgather(j, W, local_size, p);
+  if (name == "usp") return choose_usp(j, W, local_size, p);
+  if (name == "loongtrain") return choose_loongtrain(j, W, local_size, p);
+  if (name == "balanced") return choose_balanced(j, W, local_size, p);
+  throw Error(LCA_ERR_INVALID_ARGUMENT, "unknown CP strategy '" + name +
+                                            "' (known: ulysses, ring_p2p, ring_allgather, usp, loongtrain, balanced)");
+}
+
+}  // namespace lca::cp

@@ -290,8 +290,10 @@ void allgather_stage(Sim& s, const AreaTable& A) {
   }
 }
 
-// Group-cast (balanced): stage 0 is the own KV, overlapping the fetch of stage 1; stage s waits
-// for its fetch; backward sends each fetched stage's dK/dV home while the next one computes.
+// Group-cast (balanced): forward computes stage 0 (the own KV) first, overlapping the fetch of
+// stage 1; backward computes the fetched stages first (stage 1's fetch exposed) and the own KV
+// last, each fetched stage's dK/dV going home while the next one computes. Stage s waits for
+// its fetch.
 void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remote_stages) {
   const Layout& L = s.L;
   const Problem& P = s.P;
@@ -327,10 +329,15 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
       }
       s.lane_calls(ranks, peers, traffic, done);
     };
-    for (size_t st = 0; st < stages; ++st) {
+    std::vector<size_t> order;
+    for (size_t st = P.backward ? 1 : 0; st < stages; ++st) order.push_back(st);
+    if (P.backward) order.push_back(0);
+    if (order[0] >= 1) post(order[0], esz, &fetched);
+    for (size_t i = 0; i < order.size(); ++i) {
+      const size_t st = order[i];
       if (st >= 1)
         for (int r : ranks) s.exec[r] = std::max(s.exec[r], fetched[r]);
-      if (st + 1 < stages) post(st + 1, esz, &fetched);
+      if (i + 1 < order.size() && order[i + 1] >= 1) post(order[i + 1], esz, &fetched);
       for (int c = 0; c < cp; ++c) {
         const int r = ranks[c];
         Segments k = L.group_segs[c];

@@ -6,7 +6,7 @@
 // (compile times in plan_info); forward()/backward() wrap the host's buffers as DLPack capsules
 // (no copy) and call FA4 on the host's stream, writing straight into lca's O, LSE, dQ, dK, dV.
 #include "fa4_mask.hpp"
-#include "plugins/kernels/torch_common/python_runtime.hpp"
+#include "plugins/kernels/torch_common/python_peer.hpp"
 
 #include <lca/lca.hpp>
 
@@ -29,76 +29,6 @@ namespace {
 using namespace lca_torch;  // the embedded interpreter (torch_common/python_runtime.hpp)
 
 using lca::Error;
-
-// One tensor role of a call as the Python side last saw it, so that unchanged buffers are
-// passed as None and the wrapped tensor is reused (less Python work inside the timed call).
-struct Bound {
-  void* data = nullptr;
-  std::array<int64_t, 3> shape{}, stride{};
-  bool same(const lca_tensor& t) const {
-    return data == t.data && shape == std::array<int64_t, 3>{t.shape[0], t.shape[1], t.shape[2]} &&
-           stride == std::array<int64_t, 3>{t.stride[0], t.stride[1], t.stride[2]};
-  }
-  void set(const lca_tensor& t) {
-    data = t.data;
-    shape = {t.shape[0], t.shape[1], t.shape[2]};
-    stride = {t.stride[0], t.stride[1], t.stride[2]};
-  }
-};
-
-enum Role { kQ, kK, kV, kO, kLse, kDo, kDq, kDk, kDv, kRoles };
-
-class Fa4Plan final : public lca::IPlan {
- public:
-  lca_problem problem{};
-  PyRef plan;  // lca_fa4.Plan
-  std::string mask_summary;
-  double mask_build_ms = 0, plan_ms = 0;
-  std::array<Bound, kRoles> bound{};
-
-  ~Fa4Plan() override {
-    if (!plan) return;
-    Gil gil;
-    plan = PyRef();
-  }
-  void release(const lca_exec& /*exec*/) override {
-    if (!plan) return;
-    Gil gil;
-    PyRef r(PyObject_CallMethod(plan.get(), "close", nullptr));
-    if (!r) PyErr_Clear();  // release() cannot fail; the objects go below all the same
-    plan = PyRef();
-  }
-  std::string info() const override {
-    if (!plan) return {};
-    Gil gil;
-    PyRef text(checked(PyObject_CallMethod(plan.get(), "info_json", nullptr), "plan info"));
-    const char* s = PyUnicode_AsUTF8(text.get());
-    if (s == nullptr) throw_python_error("plan info");
-    nlohmann::json j = nlohmann::json::parse(s);
-    j["mask"] = mask_summary;
-    j["mask_build_ms"] = mask_build_ms;
-    j["plan_ms_in_plugin"] = plan_ms;
-    return j.dump();
-  }
-
-  // A role's argument: None when the same buffer as last time, else a fresh capsule over it,
-  // in lca's own layout (THD {S, H, D}; LSE {H, S}).
-  PyObject* arg(Role role, const lca_tensor& t, bool is_lse) {
-    if (bound[role].same(t)) Py_RETURN_NONE;
-    PyObject* capsule = nullptr;
-    if (is_lse) {
-      const int64_t shape[2] = {t.shape[0], t.shape[1]};
-      const int64_t strides[2] = {t.stride[0], t.stride[1]};
-      capsule = dlpack_capsule(t.data, LCA_DTYPE_F32, problem.device_index, 2, shape, strides);
-    } else {
-      capsule = dlpack_capsule(t.data, t.dtype, problem.device_index, 3, t.shape, t.stride);
-    }
-    bound[role].set(t);
-    return capsule;
-  }
-  // After a failed call the Python side may hold fewer tensors than `bound` says: start over.
-  void forget_bound() { bound = {}; }
-};
 
 class Fa4 final : public lca::IKernel {
  public:
@@ -160,8 +90,7 @@ class Fa4 final : public lca::IKernel {
     } catch (const Error& e) {
       throw Error(e.status(), std::string("fa4: ") + e.what());
     }
-    auto pl = std::make_unique<Fa4Plan>();
-    pl->problem = p;
+    auto pl = std::make_unique<PythonPlan>(p, Layout::thd, "fa4");
     pl->mask_summary = f.describe();
     pl->mask_build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     {
@@ -201,7 +130,7 @@ class Fa4 final : public lca::IKernel {
   }
 
   void forward(lca::IPlan& base, const lca_fwd_args& a, const lca_exec& /*exec*/) override {
-    auto& pl = static_cast<Fa4Plan&>(base);
+    auto& pl = static_cast<PythonPlan&>(base);
     const lca_problem& p = pl.problem;
     lca::require(a.struct_size >= sizeof(lca_fwd_args), LCA_ERR_INVALID_ARGUMENT, "fa4: lca_fwd_args too small");
     check_thd(a.q, "q", p, p.heads_q);
@@ -209,49 +138,17 @@ class Fa4 final : public lca::IKernel {
     check_thd(a.v, "v", p, p.heads_kv);
     check_thd(a.o, "o", p, p.heads_q);
     check_lse(a.lse, p);
-    Gil gil;
-    PyRef q, k, v, o, lse;
-    try {
-      q = PyRef(pl.arg(kQ, a.q, false));
-      k = PyRef(pl.arg(kK, a.k, false));
-      v = PyRef(pl.arg(kV, a.v, false));
-      o = PyRef(pl.arg(kO, a.o, false));
-      lse = PyRef(pl.arg(kLse, a.lse, true));
-    } catch (...) {
-      pl.forget_bound();
-      throw;
-    }
-    PyRef r(PyObject_CallMethod(pl.plan.get(), "forward", "OOOOO", q.get(), k.get(), v.get(), o.get(), lse.get()));
-    if (!r) {
-      pl.forget_bound();
-      throw_python_error("fa4: forward");
-    }
+    pl.forward(a);
   }
 
   void backward(lca::IPlan& base, const lca_bwd_args& a, const lca_exec& /*exec*/) override {
-    auto& pl = static_cast<Fa4Plan&>(base);
+    auto& pl = static_cast<PythonPlan&>(base);
     const lca_problem& p = pl.problem;
     lca::require(a.struct_size >= sizeof(lca_bwd_args), LCA_ERR_INVALID_ARGUMENT, "fa4: lca_bwd_args too small");
     for (auto [t, n] : {std::pair{&a.q, "q"}, {&a.o, "o"}, {&a.d_o, "d_o"}, {&a.dq, "dq"}}) check_thd(*t, n, p, p.heads_q);
     for (auto [t, n] : {std::pair{&a.k, "k"}, {&a.v, "v"}, {&a.dk, "dk"}, {&a.dv, "dv"}}) check_thd(*t, n, p, p.heads_kv);
     check_lse(a.lse, p);
-    Gil gil;
-    std::array<PyRef, 9> t;
-    try {
-      const std::array<std::pair<Role, const lca_tensor*>, 9> roles{{{kQ, &a.q}, {kK, &a.k}, {kV, &a.v}, {kO, &a.o},
-                                                                     {kDo, &a.d_o}, {kLse, &a.lse}, {kDq, &a.dq},
-                                                                     {kDk, &a.dk}, {kDv, &a.dv}}};
-      for (size_t i = 0; i < roles.size(); ++i) t[i] = PyRef(pl.arg(roles[i].first, *roles[i].second, roles[i].first == kLse));
-    } catch (...) {
-      pl.forget_bound();
-      throw;
-    }
-    PyRef r(PyObject_CallMethod(pl.plan.get(), "backward", "OOOOOOOOO", t[0].get(), t[1].get(), t[2].get(),
-                                t[3].get(), t[4].get(), t[5].get(), t[6].get(), t[7].get(), t[8].get()));
-    if (!r) {
-      pl.forget_bound();
-      throw_python_error("fa4: backward");
-    }
+    pl.backward(a);
   }
 
  private:

@@ -5,7 +5,7 @@
 // timed region (compile times come back through plan_info); forward()/backward() wrap the
 // host's buffers as DLPack capsules (no copy) and call the Plan on the host's stream.
 #include "flex_mask.hpp"
-#include "plugins/kernels/torch_common/python_runtime.hpp"
+#include "plugins/kernels/torch_common/python_peer.hpp"
 
 #include <lca/lca.hpp>
 
@@ -28,91 +28,6 @@ namespace {
 using namespace lca_torch;  // the embedded interpreter (torch_common/python_runtime.hpp)
 
 using lca::Error;
-
-PyObject* bytes_of(const void* data, size_t bytes) {
-  return checked(PyBytes_FromStringAndSize(static_cast<const char*>(data), static_cast<Py_ssize_t>(bytes)),
-                 "bytes");
-}
-
-template <class T>
-PyObject* bytes_of(const std::vector<T>& v) {
-  return bytes_of(v.data(), v.size() * sizeof(T));
-}
-
-// One tensor role of a call as the Python side last saw it, so that unchanged buffers are
-// passed as None and the wrapped tensor is reused (less Python work inside the timed call).
-struct Bound {
-  void* data = nullptr;
-  std::array<int64_t, 3> shape{}, stride{};
-  bool same(const lca_tensor& t) const {
-    return data == t.data && shape == std::array<int64_t, 3>{t.shape[0], t.shape[1], t.shape[2]} &&
-           stride == std::array<int64_t, 3>{t.stride[0], t.stride[1], t.stride[2]};
-  }
-  void set(const lca_tensor& t) {
-    data = t.data;
-    shape = {t.shape[0], t.shape[1], t.shape[2]};
-    stride = {t.stride[0], t.stride[1], t.stride[2]};
-  }
-};
-
-enum Role { kQ, kK, kV, kO, kLse, kDo, kDq, kDk, kDv, kRoles };
-
-class FlexPlan final : public lca::IPlan {
- public:
-  lca_problem problem{};
-  PyRef plan;                       // lca_torch_flex.Plan
-  std::string mask_summary;
-  double mask_build_ms = 0, plan_ms = 0;
-  std::array<Bound, kRoles> bound{};
-
-  ~FlexPlan() override { drop(); }
-  void release(const lca_exec& /*exec*/) override {
-    if (!plan) return;
-    Gil gil;
-    PyRef r(PyObject_CallMethod(plan.get(), "close", nullptr));
-    if (!r) PyErr_Clear();  // release() cannot fail; the objects go below all the same
-    plan = PyRef();
-  }
-  std::string info() const override {
-    if (!plan) return {};
-    Gil gil;
-    PyRef text(checked(PyObject_CallMethod(plan.get(), "info_json", nullptr), "plan info"));
-    const char* s = PyUnicode_AsUTF8(text.get());
-    if (s == nullptr) throw_python_error("plan info");
-    nlohmann::json j = nlohmann::json::parse(s);
-    j["mask"] = mask_summary;
-    j["mask_build_ms"] = mask_build_ms;
-    j["plan_ms_in_plugin"] = plan_ms;
-    return j.dump();
-  }
-
-  // A role's argument: None when the same buffer as last time, else a fresh capsule over it.
-  PyObject* arg(Role role, const lca_tensor& t, int64_t heads, bool is_lse) {
-    if (bound[role].same(t)) Py_RETURN_NONE;
-    const int32_t device = problem.device_index;
-    PyObject* capsule = nullptr;
-    if (is_lse) {  // {H, S, 1} -> [1, H, S]
-      const int64_t shape[3] = {1, heads, t.shape[1]};
-      const int64_t strides[3] = {heads * t.stride[0], t.stride[0], t.stride[1]};
-      capsule = dlpack_capsule(t.data, LCA_DTYPE_F32, device, 3, shape, strides);
-    } else {  // THD {S, H, D} -> [1, H, S, D] with strides {S*H*D, D, H*D, 1}
-      const int64_t shape[4] = {1, heads, t.shape[0], t.shape[2]};
-      const int64_t strides[4] = {t.shape[0] * t.stride[0], t.stride[1], t.stride[0], t.stride[2]};
-      capsule = dlpack_capsule(t.data, t.dtype, device, 4, shape, strides);
-    }
-    bound[role].set(t);
-    return capsule;
-  }
-  // After a failed call the Python side may hold fewer tensors than `bound` says: start over.
-  void forget_bound() { bound = {}; }
-
- private:
-  void drop() {
-    if (!plan) return;
-    Gil gil;
-    plan = PyRef();
-  }
-};
 
 class TorchFlex final : public lca::IKernel {
  public:
@@ -153,8 +68,7 @@ class TorchFlex final : public lca::IKernel {
     } catch (const Error& e) {
       throw Error(e.status(), std::string("torch_flex: ") + e.what());
     }
-    auto pl = std::make_unique<FlexPlan>();
-    pl->problem = p;
+    auto pl = std::make_unique<PythonPlan>(p, Layout::bhsd, "torch_flex");
     pl->mask_summary = f.describe();
     pl->mask_build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     {
@@ -200,7 +114,7 @@ class TorchFlex final : public lca::IKernel {
   }
 
   void forward(lca::IPlan& base, const lca_fwd_args& a, const lca_exec& /*exec*/) override {
-    auto& pl = static_cast<FlexPlan&>(base);
+    auto& pl = static_cast<PythonPlan&>(base);
     const lca_problem& p = pl.problem;
     lca::require(a.struct_size >= sizeof(lca_fwd_args), LCA_ERR_INVALID_ARGUMENT, "torch_flex: lca_fwd_args too small");
     check_thd(a.q, "q", p, p.seqlen_q, p.heads_q);
@@ -208,27 +122,11 @@ class TorchFlex final : public lca::IKernel {
     check_thd(a.v, "v", p, p.seqlen_k, p.heads_kv);
     check_thd(a.o, "o", p, p.seqlen_q, p.heads_q);
     check_lse(a.lse, p);
-    Gil gil;
-    PyRef q, k, v, o, lse;
-    try {
-      q = PyRef(pl.arg(kQ, a.q, p.heads_q, false));
-      k = PyRef(pl.arg(kK, a.k, p.heads_kv, false));
-      v = PyRef(pl.arg(kV, a.v, p.heads_kv, false));
-      o = PyRef(pl.arg(kO, a.o, p.heads_q, false));
-      lse = PyRef(pl.arg(kLse, a.lse, p.heads_q, true));
-    } catch (...) {
-      pl.forget_bound();
-      throw;
-    }
-    PyRef r(PyObject_CallMethod(pl.plan.get(), "forward", "OOOOO", q.get(), k.get(), v.get(), o.get(), lse.get()));
-    if (!r) {
-      pl.forget_bound();
-      throw_python_error("forward");
-    }
+    pl.forward(a);
   }
 
   void backward(lca::IPlan& base, const lca_bwd_args& a, const lca_exec& /*exec*/) override {
-    auto& pl = static_cast<FlexPlan&>(base);
+    auto& pl = static_cast<PythonPlan&>(base);
     const lca_problem& p = pl.problem;
     lca::require(a.struct_size >= sizeof(lca_bwd_args), LCA_ERR_INVALID_ARGUMENT, "torch_flex: lca_bwd_args too small");
     for (auto [t, n] : {std::pair{&a.q, "q"}, {&a.o, "o"}, {&a.d_o, "d_o"}, {&a.dq, "dq"}})
@@ -236,28 +134,7 @@ class TorchFlex final : public lca::IKernel {
     for (auto [t, n] : {std::pair{&a.k, "k"}, {&a.v, "v"}, {&a.dk, "dk"}, {&a.dv, "dv"}})
       check_thd(*t, n, p, p.seqlen_k, p.heads_kv);
     check_lse(a.lse, p);
-    Gil gil;
-    PyRef q, k, v, o, d_o, lse, dq, dk, dv;
-    try {
-      q = PyRef(pl.arg(kQ, a.q, p.heads_q, false));
-      k = PyRef(pl.arg(kK, a.k, p.heads_kv, false));
-      v = PyRef(pl.arg(kV, a.v, p.heads_kv, false));
-      o = PyRef(pl.arg(kO, a.o, p.heads_q, false));
-      d_o = PyRef(pl.arg(kDo, a.d_o, p.heads_q, false));
-      lse = PyRef(pl.arg(kLse, a.lse, p.heads_q, true));
-      dq = PyRef(pl.arg(kDq, a.dq, p.heads_q, false));
-      dk = PyRef(pl.arg(kDk, a.dk, p.heads_kv, false));
-      dv = PyRef(pl.arg(kDv, a.dv, p.heads_kv, false));
-    } catch (...) {
-      pl.forget_bound();
-      throw;
-    }
-    PyRef r(PyObject_CallMethod(pl.plan.get(), "backward", "OOOOOOOOO", q.get(), k.get(), v.get(), o.get(), d_o.get(),
-                                lse.get(), dq.get(), dk.get(), dv.get()));
-    if (!r) {
-      pl.forget_bound();
-      throw_python_error("backward");
-    }
+    pl.backward(a);
   }
 
  private:

@@ -6,7 +6,7 @@
 // region; forward()/backward() wrap the host's buffers as DLPack capsules (no copy) and call the
 // Plan on the host's stream.
 #include "vsa_blocks.hpp"
-#include "plugins/kernels/torch_common/python_runtime.hpp"
+#include "plugins/kernels/torch_common/python_peer.hpp"
 
 #include <lca/lca.hpp>
 
@@ -30,88 +30,6 @@ namespace {
 using namespace lca_torch;  // the embedded interpreter (torch_common/python_runtime.hpp)
 
 using lca::Error;
-
-PyObject* bytes_of(const std::vector<int32_t>& v) {
-  return checked(PyBytes_FromStringAndSize(reinterpret_cast<const char*>(v.data()),
-                                           static_cast<Py_ssize_t>(v.size() * sizeof(int32_t))),
-                 "bytes");
-}
-
-// One tensor role of a call as the Python side last saw it, so that unchanged buffers are passed
-// as None and the wrapped tensor is reused (less Python work inside the timed call).
-struct Bound {
-  void* data = nullptr;
-  std::array<int64_t, 3> shape{}, stride{};
-  bool same(const lca_tensor& t) const {
-    return data == t.data && shape == std::array<int64_t, 3>{t.shape[0], t.shape[1], t.shape[2]} &&
-           stride == std::array<int64_t, 3>{t.stride[0], t.stride[1], t.stride[2]};
-  }
-  void set(const lca_tensor& t) {
-    data = t.data;
-    shape = {t.shape[0], t.shape[1], t.shape[2]};
-    stride = {t.stride[0], t.stride[1], t.stride[2]};
-  }
-};
-
-enum Role { kQ, kK, kV, kO, kLse, kDo, kDq, kDk, kDv, kRoles };
-
-class VsaPlan final : public lca::IPlan {
- public:
-  lca_problem problem{};
-  PyRef plan;  // lca_vsa.Plan
-  std::string blocks_summary;
-  double blocks_ms = 0, plan_ms = 0;
-  std::array<Bound, kRoles> bound{};
-
-  ~VsaPlan() override { drop(); }
-  void release(const lca_exec& /*exec*/) override {
-    if (!plan) return;
-    Gil gil;
-    PyRef r(PyObject_CallMethod(plan.get(), "close", nullptr));
-    if (!r) PyErr_Clear();  // release() cannot fail; the objects go below all the same
-    plan = PyRef();
-  }
-  std::string info() const override {
-    if (!plan) return {};
-    Gil gil;
-    PyRef text(checked(PyObject_CallMethod(plan.get(), "info_json", nullptr), "plan info"));
-    const char* s = PyUnicode_AsUTF8(text.get());
-    if (s == nullptr) throw_python_error("plan info");
-    nlohmann::json j = nlohmann::json::parse(s);
-    j["mask"] = blocks_summary;
-    j["mask_build_ms"] = blocks_ms;
-    j["plan_ms_in_plugin"] = plan_ms;
-    return j.dump();
-  }
-
-  // A role's argument: None when the same buffer as last time, else a fresh capsule over it.
-  PyObject* arg(Role role, const lca_tensor& t, bool is_lse) {
-    if (bound[role].same(t)) Py_RETURN_NONE;
-    const int32_t device = problem.device_index;
-    const int64_t heads = problem.heads_q;
-    PyObject* capsule = nullptr;
-    if (is_lse) {  // {H, S, 1} -> [1, H, S]
-      const int64_t shape[3] = {1, heads, t.shape[1]};
-      const int64_t strides[3] = {heads * t.stride[0], t.stride[0], t.stride[1]};
-      capsule = dlpack_capsule(t.data, LCA_DTYPE_F32, device, 3, shape, strides);
-    } else {  // THD {S, H, D} -> [1, H, S, D] with strides {S*H*D, D, H*D, 1}
-      const int64_t shape[4] = {1, heads, t.shape[0], t.shape[2]};
-      const int64_t strides[4] = {t.shape[0] * t.stride[0], t.stride[1], t.stride[0], t.stride[2]};
-      capsule = dlpack_capsule(t.data, t.dtype, device, 4, shape, strides);
-    }
-    bound[role].set(t);
-    return capsule;
-  }
-  // After a failed call the Python side may hold fewer tensors than `bound` says: start over.
-  void forget_bound() { bound = {}; }
-
- private:
-  void drop() {
-    if (!plan) return;
-    Gil gil;
-    plan = PyRef();
-  }
-};
 
 class VsaTriton final : public lca::IKernel {
  public:
@@ -155,10 +73,9 @@ class VsaTriton final : public lca::IKernel {
     } catch (const Error& e) {
       throw Error(e.status(), std::string("vsa_triton: ") + e.what());
     }
-    auto pl = std::make_unique<VsaPlan>();
-    pl->problem = p;
-    pl->blocks_summary = b.describe();
-    pl->blocks_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    auto pl = std::make_unique<PythonPlan>(p, Layout::bhsd, "vsa_triton");
+    pl->mask_summary = b.describe();
+    pl->mask_build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     {
       Gil gil;
       PyRef kwargs(checked(PyDict_New(), "kwargs"));
@@ -186,12 +103,12 @@ class VsaTriton final : public lca::IKernel {
       pl->plan = PyRef(checked(PyObject_Call(cls.get(), args.get(), kwargs.get()), "plan"));
     }
     pl->plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    log(1, "vsa_triton: " + pl->blocks_summary + "; plan " + std::to_string(pl->plan_ms) + " ms");
+    log(1, "vsa_triton: " + pl->mask_summary + "; plan " + std::to_string(pl->plan_ms) + " ms");
     return pl;
   }
 
   void forward(lca::IPlan& base, const lca_fwd_args& a, const lca_exec& /*exec*/) override {
-    auto& pl = static_cast<VsaPlan&>(base);
+    auto& pl = static_cast<PythonPlan&>(base);
     const lca_problem& p = pl.problem;
     lca::require(a.struct_size >= sizeof(lca_fwd_args), LCA_ERR_INVALID_ARGUMENT, "vsa_triton: lca_fwd_args too small");
     check_thd(a.q, "q", p, p.seqlen_q);
@@ -199,54 +116,17 @@ class VsaTriton final : public lca::IKernel {
     check_thd(a.v, "v", p, p.seqlen_k);
     check_thd(a.o, "o", p, p.seqlen_q);
     check_lse(a.lse, p);
-    Gil gil;
-    PyRef q, k, v, o, lse;
-    try {
-      q = PyRef(pl.arg(kQ, a.q, false));
-      k = PyRef(pl.arg(kK, a.k, false));
-      v = PyRef(pl.arg(kV, a.v, false));
-      o = PyRef(pl.arg(kO, a.o, false));
-      lse = PyRef(pl.arg(kLse, a.lse, true));
-    } catch (...) {
-      pl.forget_bound();
-      throw;
-    }
-    PyRef r(PyObject_CallMethod(pl.plan.get(), "forward", "OOOOO", q.get(), k.get(), v.get(), o.get(), lse.get()));
-    if (!r) {
-      pl.forget_bound();
-      throw_python_error("forward");
-    }
+    pl.forward(a);
   }
 
   void backward(lca::IPlan& base, const lca_bwd_args& a, const lca_exec& /*exec*/) override {
-    auto& pl = static_cast<VsaPlan&>(base);
+    auto& pl = static_cast<PythonPlan&>(base);
     const lca_problem& p = pl.problem;
     lca::require(a.struct_size >= sizeof(lca_bwd_args), LCA_ERR_INVALID_ARGUMENT, "vsa_triton: lca_bwd_args too small");
     for (auto [t, n] : {std::pair{&a.q, "q"}, {&a.o, "o"}, {&a.d_o, "d_o"}, {&a.dq, "dq"}}) check_thd(*t, n, p, p.seqlen_q);
     for (auto [t, n] : {std::pair{&a.k, "k"}, {&a.v, "v"}, {&a.dk, "dk"}, {&a.dv, "dv"}}) check_thd(*t, n, p, p.seqlen_k);
     check_lse(a.lse, p);
-    Gil gil;
-    PyRef q, k, v, o, d_o, lse, dq, dk, dv;
-    try {
-      q = PyRef(pl.arg(kQ, a.q, false));
-      k = PyRef(pl.arg(kK, a.k, false));
-      v = PyRef(pl.arg(kV, a.v, false));
-      o = PyRef(pl.arg(kO, a.o, false));
-      d_o = PyRef(pl.arg(kDo, a.d_o, false));
-      lse = PyRef(pl.arg(kLse, a.lse, true));
-      dq = PyRef(pl.arg(kDq, a.dq, false));
-      dk = PyRef(pl.arg(kDk, a.dk, false));
-      dv = PyRef(pl.arg(kDv, a.dv, false));
-    } catch (...) {
-      pl.forget_bound();
-      throw;
-    }
-    PyRef r(PyObject_CallMethod(pl.plan.get(), "backward", "OOOOOOOOO", q.get(), k.get(), v.get(), o.get(), d_o.get(),
-                                lse.get(), dq.get(), dk.get(), dv.get()));
-    if (!r) {
-      pl.forget_bound();
-      throw_python_error("backward");
-    }
+    pl.backward(a);
   }
 
  private:

@@ -47,7 +47,19 @@ std::vector<nlohmann::json> read_records(const std::string& path, const char* wh
   return out;
 }
 
-// The links from a probe file (lcahost cp-probe --out); links it did not measure keep `m`'s.
+// The (bytes a GPU sends to other ranks, ms) a pattern measured, its sizes scaled by `off_rank`
+// (the share of a rank's bytes that leaves it).
+std::vector<std::pair<double, double>> probe_points(const nlohmann::json& pattern, double off_rank) {
+  std::vector<std::pair<double, double>> out;
+  for (const auto& x : pattern.value("sizes", nlohmann::json::array()))
+    if (x.value("bytes", 0.0) > 0 && x.value("ms", 0.0) > 0) out.emplace_back(x["bytes"].get<double>() * off_rank, x["ms"].get<double>());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The links from a probe file (lcahost cp-probe --out); links it did not measure keep `m`'s. The
+// ring gives the one-peer figures of its link, the all-to-all the several-peer ones (of the
+// intra-node link on one node; of the inter-node link across nodes, whose part decides its time).
 void read_probe(const std::string& path, Machine& m) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("--probe " + path + ": cannot read the file");
@@ -60,12 +72,26 @@ void read_probe(const std::string& path, Machine& m) {
   if (!j.is_object() || j.value("type", "") != "cp_probe" || !j.contains("links"))
     throw std::runtime_error("--probe " + path + ": not a probe file (no \"type\": \"cp_probe\" with links); "
                              "give a file written by `lcahost cp-probe --out`");
+  const nlohmann::json patterns = j.value("patterns", nlohmann::json::object());
   for (const char* name : {"intra", "inter"}) {
     if (!j["links"].contains(name)) continue;
     const auto& l = j["links"][name];
     core::model::Link& dst = std::string(name) == "intra" ? m.intra : m.inter;
     dst.GBps = l.value("bandwidth_GBps", dst.GBps);
     dst.latency_us = l.value("latency_us", dst.latency_us);
+    const std::string from = l.value("from", "");
+    dst.points = patterns.contains(from) ? probe_points(patterns[from], 1.0) : decltype(dst.points){};
+  }
+  const int W = j.value("world_size", 0);
+  if (patterns.contains("all_to_all") && W > 1) {
+    // The probe's all-to-all sends bytes / W to every rank, itself included; the model counts
+    // only the bytes that leave a rank.
+    const auto& a = patterns["all_to_all"];
+    const double off = double(W - 1) / W;
+    core::model::LinkCurve& dst = a.value("link", "") == "intra" ? m.intra.fanout : m.inter.fanout;
+    dst.GBps = a.value("bandwidth_GBps", 0.0) * off;
+    dst.latency_us = a.value("latency_us", 0.0);
+    dst.points = probe_points(a, off);
   }
 }
 
@@ -78,8 +104,9 @@ struct RateQuery {
 
 // The local kernel's TFLOP/s for this mask, shape and pass: the single-GPU record at the length
 // nearest the total (in ratio). Throws naming what is missing and the way out.
-double find_rate(const std::vector<nlohmann::json>& records, const std::string& kernel, const RateQuery& q,
-                 const std::string& file, int64_t* found_seqlen) {
+const nlohmann::json& find_rate(const std::vector<nlohmann::json>& records, const std::string& kernel,
+                                const RateQuery& q, const std::string& file) {
+  const nlohmann::json* found = nullptr;
   double best = -1, best_dist = 1e300;
   for (const auto& r : records) {
     if (r.value("type", "") != "cell" || r.value("status", "") != "ok" || r.value("kernel", "") != kernel) continue;
@@ -90,7 +117,7 @@ double find_rate(const std::vector<nlohmann::json>& records, const std::string& 
     const double s = r.value("seqlen", 0.0);
     if (s <= 0 || !r.contains("tflops") || !r["tflops"].is_number()) continue;
     const double d = std::abs(std::log(s / double(q.seqlen)));
-    if (d < best_dist) best_dist = d, best = r["tflops"].get<double>(), *found_seqlen = static_cast<int64_t>(s);
+    if (d < best_dist) best_dist = d, best = r["tflops"].get<double>(), found = &r;
   }
   if (best <= 0)
     throw std::runtime_error("--rates " + file + ": no ok " + kernel + " record for " + q.mask_label +
@@ -98,7 +125,7 @@ double find_rate(const std::vector<nlohmann::json>& records, const std::string& 
                              std::to_string(q.heads_q) + ":" + std::to_string(q.heads_kv) + " d" +
                              std::to_string(q.head_dim) + " " + q.dtype +
                              "; run that cell on one GPU (lcahost --matrix ...) or give --rate TFLOPS");
-  return best;
+  return *found;
 }
 
 int dtype_bytes(const std::string& d) {
@@ -144,13 +171,29 @@ int cmd_cp_model(const Options& opt) {
   if (opt.model_inter_GBps > 0) su.machine.inter.GBps = opt.model_inter_GBps;
   if (opt.model_intra_us >= 0) su.machine.intra.latency_us = opt.model_intra_us;
   if (opt.model_inter_us >= 0) su.machine.inter.latency_us = opt.model_inter_us;
+  // A link given by flags is that link: the probe's measured sizes and several-peer figures go.
+  if (opt.model_intra_GBps > 0 || opt.model_intra_us >= 0) su.machine.intra.points.clear(), su.machine.intra.fanout = {};
+  if (opt.model_inter_GBps > 0 || opt.model_inter_us >= 0) su.machine.inter.points.clear(), su.machine.inter.fanout = {};
   if (opt.model_hbm_GBps > 0) su.machine.hbm_GBps = opt.model_hbm_GBps;
   su.rate.call_us = opt.model_call_us;
   if (opt.model_rates.empty() && opt.model_rate <= 0)
     throw std::runtime_error("cp-model needs the local kernel's rate: --rates FILE.jsonl (single-GPU results) or "
                              "--rate TFLOPS");
   for (const auto& file : opt.model_rates)
-    for (auto& r : read_records(file, "--rates")) su.rate_records.push_back(std::move(r));
+  {
+    // A one-GPU record is calibrated against its own mask: the seed and SMs of its run go with it.
+    uint64_t seed = 42;
+    int sms = 0;
+    for (auto& r : read_records(file, "--rates")) {
+      if (r.value("type", "") == "run") {
+        seed = r.contains("matrix") ? r["matrix"].value("seed", uint64_t(42)) : 42;
+        sms = r.contains("gpu") ? r["gpu"].value("sm_count", 0) : 0;
+      }
+      r["run_seed"] = seed;
+      r["run_sms"] = sms;
+      su.rate_records.push_back(std::move(r));
+    }
+  }
   std::string rate_files;
   for (const auto& file : opt.model_rates) rate_files += (rate_files.empty() ? "" : ", ") + file;
   nlohmann::json options;
@@ -170,22 +213,49 @@ int cmd_cp_model(const Options& opt) {
       throw std::runtime_error("mask " + spec.label() + " is block-sparse only; the model needs slices");
     return std::vector<lca_slice>(m.slices, m.slices + m.num_slices);
   };
+  const bool by_tiles = opt.model_kernel_time == "tiles" && opt.model_rate <= 0;
+  // The local kernel's rate, and (by_tiles) the time of a tile unit: the one-GPU record's time over
+  // the tile units of its own mask at its own length.
   auto rate_for = [&](const core::MaskSpec& spec, const core::model::Problem& P, const std::string& dtype,
-                      int64_t* at) {
-    if (opt.model_rate > 0) return opt.model_rate;
+                      int64_t* at, core::model::KernelRate& rate) {
+    rate.unit_ms = 0;
+    if (opt.model_rate > 0) {
+      rate.tflops = opt.model_rate;
+      return;
+    }
     RateQuery q{spec.pattern, dtype, P.backward ? "bwd" : "fwd", spec.params, P.heads_q, P.heads_kv, P.head_dim,
                 P.seqlen};
-    return find_rate(su.rate_records, opt.model_rate_kernel, q, rate_files, at);
+    const nlohmann::json& r = find_rate(su.rate_records, opt.model_rate_kernel, q, rate_files);
+    rate.tflops = r["tflops"].get<double>();
+    *at = r.value("seqlen", int64_t(0));
+    if (!by_tiles) return;
+    core::model::Problem one = P;
+    one.seqlen = *at;
+    one.slices = slices_of(spec, *at, r.value("run_seed", uint64_t(42)));
+    const double ms = core::model::mask_flops(one) / (rate.tflops * 1e12) * 1e3;
+    const int sms = r.value("run_sms", 0);
+    rate.unit_ms = core::model::calibrate_tiles(one, ms, sms > 0 ? sms : su.machine.sms);
   };
 
   if (!opt.model_validate.empty()) {
-    // Every measured multi-GPU cell at its own world size, mask, shape and pass.
+    // Every measured multi-GPU cell at its own world size, mask, shape and pass, the local calls
+    // timed both ways: by their FLOPs at the one-GPU rate (area) and by their tiles (tiles).
     const auto records = read_records(opt.model_validate, "--validate");
     nlohmann::json run;
-    int n = 0, within = 0;
-    double worst = 0, sum_abs = 0;
-    std::printf("%-15s %-30s %4s %4s %-9s %9s %9s %7s   %s\n", "strategy", "mask", "W", "pass", "heads", "measured",
-                "model", "error", "model: kernel/comm/memory ms of the slowest rank");
+    struct Tally {
+      int n = 0, within = 0;
+      double worst = 0, sum_abs = 0;
+      void add(double err) {
+        ++n;
+        within += std::abs(err) <= 0.15;
+        worst = std::max(worst, std::abs(err));
+        sum_abs += std::abs(err);
+      }
+    } area, tiles;
+    const bool show_tiles = opt.model_rate <= 0;
+    std::printf("%-15s %-30s %4s %-9s %8s %8s %7s %8s %7s  %s\n", "strategy", "mask", "pass", "heads", "measured",
+                "area", "error", show_tiles ? "tiles" : "", show_tiles ? "error" : "",
+                "kernel ms measured/model, comm/memory ms model (slowest rank)");
     for (const auto& r : records) {
       if (r.value("type", "") == "run") run = r;
       if (r.value("type", "") != "cell" || r.value("status", "") != "ok" || !r.contains("cp_ranks")) continue;
@@ -206,36 +276,57 @@ int cmd_cp_model(const Options& opt) {
       Machine m = su.machine;
       const int local = run["cp"].value("local_size", 0);
       if (opt.model_gpus_per_node_given == false && local > 0) m.gpus_per_node = local;
+      if (run.contains("gpu") && run["gpu"].value("sm_count", 0) > 0) m.sms = run["gpu"]["sm_count"].get<int>();
       int64_t at = 0;
       core::model::KernelRate rate = su.rate;
-      rate.tflops = rate_for(spec, P, r.value("dtype", "bf16"), &at);
+      rate_for(spec, P, r.value("dtype", "bf16"), &at, rate);
       const nlohmann::json run_options = run["cp"].value("options", nlohmann::json::object());
-      const Prediction p = core::model::predict(P, strategy, run_options, W, m, rate);
+      core::model::KernelRate by_area = rate;
+      by_area.unit_ms = 0;
+      const Prediction pa = core::model::predict(P, strategy, run_options, W, m, by_area);
+      const Prediction pt = rate.unit_ms > 0 ? core::model::predict(P, strategy, run_options, W, m, rate) : pa;
       const double measured = r.value("tflops", 0.0);
       const std::string heads = std::to_string(P.heads_q) + ":" + std::to_string(P.heads_kv);
-      if (!p.refused.empty()) {
-        std::printf("%-15s %-30s %4d %4s %-9s %9.1f %9s   model refuses: %s\n", strategy.c_str(),
-                    spec.label().c_str(), W, P.backward ? "bwd" : "fwd", heads.c_str(), measured, "-",
-                    p.refused.c_str());
+      const std::string pass = std::to_string(W) + " " + (P.backward ? "bwd" : "fwd");
+      if (!pa.refused.empty()) {
+        std::printf("%-15s %-30s %4s %-9s %8.1f   model refuses: %s\n", strategy.c_str(), spec.label().c_str(),
+                    pass.c_str(), heads.c_str(), measured, pa.refused.c_str());
         continue;
       }
-      const double err = (p.tflops_per_gpu - measured) / measured;
-      ++n;
-      within += std::abs(err) <= 0.15;
-      worst = std::max(worst, std::abs(err));
-      sum_abs += std::abs(err);
-      std::printf("%-15s %-30s %4d %4s %-9s %9.1f %9.1f %+6.1f%%   %.1f/%.1f/%.1f\n", strategy.c_str(),
-                  spec.label().c_str(), W, P.backward ? "bwd" : "fwd", heads.c_str(), measured, p.tflops_per_gpu,
-                  100 * err, p.slowest.kernel_ms, p.slowest.comm_ms, p.slowest.memory_ms);
+      const double ea = (pa.tflops_per_gpu - measured) / measured, et = (pt.tflops_per_gpu - measured) / measured;
+      area.add(ea);
+      tiles.add(et);
+      const Prediction& p = by_tiles ? pt : pa;
+      const double kernel_measured = r["cp_ranks"].contains("compute_ms")
+                                         ? r["cp_ranks"]["compute_ms"].value("max", 0.0) : 0.0;
+      std::string label = spec.label();
+      if (label.size() > 30) label = label.substr(0, 29) + "~";
+      std::printf("%-15s %-30s %4s %-9s %8.1f %8.1f %+6.1f%% %8s %7s  %.1f/%.1f, %.1f/%.1f\n", strategy.c_str(),
+                  label.c_str(), pass.c_str(), heads.c_str(), measured, pa.tflops_per_gpu, 100 * ea,
+                  show_tiles ? fmt("%.1f", pt.tflops_per_gpu).c_str() : "",
+                  show_tiles ? fmt("%+.1f%%", 100 * et).c_str() : "", kernel_measured, p.slowest.kernel_ms,
+                  p.slowest.comm_ms, p.slowest.memory_ms);
     }
-    if (n == 0)
+    if (area.n == 0)
       throw std::runtime_error("--validate " + opt.model_validate +
                                ": no ok context-parallel cell of 2 or more GPUs (records with cp_ranks under a run "
                                "record whose cp.world_size >= 2)");
-    std::printf("# summary: %d cells, %d within 15%%, mean |error| %.1f%%, worst %.1f%% (links intra %.0f GB/s "
-                "%.0f us, inter %.0f GB/s %.0f us; memory %.0f GB/s; %.0f us a call)\n",
-                n, within, 100 * sum_abs / n, 100 * worst, su.machine.intra.GBps, su.machine.intra.latency_us,
-                su.machine.inter.GBps, su.machine.inter.latency_us, su.machine.hbm_GBps, su.rate.call_us);
+    const auto& in = su.machine.intra;
+    std::printf("# links: intra %.1f GB/s %.0f us one peer, %s; inter %.0f GB/s %.0f us, %s; memory %.0f GB/s; "
+                "%.0f us a call\n",
+                in.GBps, in.latency_us,
+                in.fanout.GBps > 0 ? (fmt("%.1f", in.fanout.GBps) + " GB/s several (probe all-to-all)").c_str()
+                                   : "several peers: no all-to-all figure, the one-peer figures serve",
+                su.machine.inter.GBps, su.machine.inter.latency_us,
+                su.machine.inter.fanout.GBps > 0 ? (fmt("%.1f", su.machine.inter.fanout.GBps) + " GB/s several").c_str()
+                                                 : "several peers at the one-peer figures",
+                su.machine.hbm_GBps, su.rate.call_us);
+    auto line = [](const char* name, const Tally& t, bool chosen) {
+      std::printf("# summary %-5s: %d cells, %d within 15%%, mean |error| %.1f%%, worst %.1f%%%s\n", name, t.n,
+                  t.within, 100 * t.sum_abs / t.n, 100 * t.worst, chosen ? " (--kernel-time)" : "");
+    };
+    line("area", area, !by_tiles);
+    if (show_tiles) line("tiles", tiles, by_tiles);
     return 0;
   }
 
@@ -281,7 +372,7 @@ int cmd_cp_model(const Options& opt) {
         int64_t at = 0;
         core::model::KernelRate rate = su.rate;
         try {
-          rate.tflops = rate_for(spec, P, opt.model_dtype, &at);
+          rate_for(spec, P, opt.model_dtype, &at, rate);
         } catch (const std::runtime_error& e) {
           // One missing rate leaves the other masks' tables standing.
           if (opt.format == "md") std::printf("| all | %d | | no rate | | | %s |\n", W, e.what());
@@ -295,6 +386,7 @@ int cmd_cp_model(const Options& opt) {
           j.update({{"mask", spec.label()}, {"pass", pass}, {"seqlen", P.seqlen}, {"heads_q", hq}, {"heads_kv", hkv},
                     {"head_dim", P.head_dim}, {"rate_tflops", rate.tflops}});
           if (at > 0) j["rate_seqlen"] = at;
+          if (rate.unit_ms > 0) j["tile_unit_ms"] = rate.unit_ms;
           all.push_back(j);
           const std::string shape = std::to_string(p.head_degree) + "x" + std::to_string(p.context_degree);
           if (!p.refused.empty()) {
@@ -321,7 +413,13 @@ int cmd_cp_model(const Options& opt) {
                          {{"gpus_per_node", su.machine.gpus_per_node},
                           {"intra", {{"GBps", su.machine.intra.GBps}, {"latency_us", su.machine.intra.latency_us}}},
                           {"inter", {{"GBps", su.machine.inter.GBps}, {"latency_us", su.machine.inter.latency_us}}},
+                          {"intra_several_peers", {{"GBps", su.machine.intra.fanout.GBps},
+                                                   {"latency_us", su.machine.intra.fanout.latency_us}}},
+                          {"inter_several_peers", {{"GBps", su.machine.inter.fanout.GBps},
+                                                   {"latency_us", su.machine.inter.fanout.latency_us}}},
                           {"hbm_GBps", su.machine.hbm_GBps},
+                          {"sms", su.machine.sms},
+                          {"kernel_time", by_tiles ? "tiles" : "area"},
                           {"call_us", su.rate.call_us}}},
                         {"predictions", all}}
              .dump(1)

@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
   model->add_option("--rate-kernel", opt.model_rate_kernel, "The kernel whose rate --rates gives (default flex_flash)");
   model->add_option("--rate", opt.model_rate, "The local kernel's TFLOP/s instead of --rates")
       ->check(lca::app::finite_number(0.0, 1e6, true));
+  model->add_option("--kernel-time", opt.model_kernel_time,
+                    "How a local kernel call is timed: tiles (default: the tiles its schedule computes, at the "
+                    "one-GPU time of a tile; needs --rates) or area (its FLOPs at the one-GPU TFLOP/s)")
+      ->check(CLI::IsMember({"tiles", "area"}));
   model->add_option("--call-us", opt.model_call_us, "Fixed cost of one local kernel call in us (default 0)")
       ->check(lca::app::finite_number(0.0, 1e6));
   model->add_option("--intra-gbps", opt.model_intra_GBps,

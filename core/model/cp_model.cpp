@@ -2,6 +2,8 @@
 // step by step as the engine issues its work (plugins/cp/common/engine.hpp, context_stage.hpp).
 #include "core/model/cp_model.hpp"
 
+#include "core/model/kernel_tiles.hpp"
+
 #include "balance.hpp"
 #include "cast_plan.hpp"
 #include "layout.hpp"
@@ -56,9 +58,23 @@ class AreaTable {
   int n_ = 0;
 };
 
-// Bytes a rank sends and receives in one call, split by the link they cross.
+double curve_ms(double GBps, double latency_us, const std::vector<std::pair<double, double>>& points, double bytes) {
+  if (bytes <= 0) return 0.0;
+  if (points.empty() || bytes <= points.front().first) return latency_us * 1e-3 + bytes / (GBps * 1e9) * 1e3;
+  for (size_t i = 1; i < points.size(); ++i)
+    if (bytes <= points[i].first) {
+      const auto& [b0, t0] = points[i - 1];
+      const auto& [b1, t1] = points[i];
+      return t0 + (t1 - t0) * (bytes - b0) / (b1 - b0);
+    }
+  return points.back().second + (bytes - points.back().first) / (GBps * 1e9) * 1e3;
+}
+
+// Bytes a rank sends and receives in one call, split by the link they cross, and to how many
+// peers at once.
 struct Traffic {
   double send[2] = {0, 0}, recv[2] = {0, 0};  // [0] intra-node, [1] inter-node
+  int to[2] = {0, 0}, from[2] = {0, 0};       // peers sent to, received from
 };
 
 struct Sim {
@@ -75,19 +91,22 @@ struct Sim {
   }
   int node(int r) const { return r / M.gpus_per_node; }
   int link(int a, int b) const { return node(a) == node(b) ? 0 : 1; }
+  // One peer's part of a call (callers add each peer once a call).
   void add(Traffic& x, int me, int peer, double out, double in) const {
     if (peer == me) return;
-    x.send[link(me, peer)] += out;
-    x.recv[link(me, peer)] += in;
+    const int c = link(me, peer);
+    x.send[c] += out;
+    x.recv[c] += in;
+    x.to[c] += out > 0;
+    x.from[c] += in > 0;
   }
-  // A grouped call: the intra- and inter-node parts move at once; each pays its latency once.
+  // A grouped call: the intra- and inter-node parts move at once; each pays its latency once, at
+  // the one-peer or the several-peer figures of its link.
   double transfer_ms(const Traffic& x) const {
     double ms = 0;
     const Link* links[2] = {&M.intra, &M.inter};
-    for (int c = 0; c < 2; ++c) {
-      const double bytes = std::max(x.send[c], x.recv[c]);
-      if (bytes > 0) ms = std::max(ms, links[c]->latency_us * 1e-3 + bytes / (links[c]->GBps * 1e9) * 1e3);
-    }
+    for (int c = 0; c < 2; ++c)
+      ms = std::max(ms, links[c]->ms(std::max(x.send[c], x.recv[c]), std::max(x.to[c], x.from[c])));
     return ms;
   }
   double memory_ms(double bytes) const { return bytes / (M.hbm_GBps * 1e9) * 1e3; }
@@ -99,10 +118,18 @@ struct Sim {
   double flops_of(int64_t cells) const {
     return 4.0 * double(cells) * P.head_dim * L.hq_l * (P.backward ? 2.5 : 1.0);
   }
-  void kernel(int r, int64_t cells) {
+  // The tile units of the local call of queries q against keys k (segments at their offsets in
+  // the kernel's buffers, as the engine clips the mask); 0 where calls are timed by FLOPs.
+  double units(const Segments& q, const Segments& k, int64_t seqlen_k = -1) const {
+    if (R.unit_ms <= 0) return 0.0;
+    cp::LocalMask m = cp::clip_mask(P.slices, q, k);
+    if (seqlen_k >= 0) m.seqlen_k = seqlen_k;
+    return m.empty() ? 0.0 : tile_units(m.view(), P.backward, L.hq_l, L.hkv_l, M.sms);
+  }
+  void kernel(int r, int64_t cells, double units) {
     if (cells <= 0) return;
     const double f = flops_of(cells);
-    const double ms = f / (R.tflops * 1e12) * 1e3 + R.call_us * 1e-3;
+    const double ms = (R.unit_ms > 0 ? units * R.unit_ms : f / (R.tflops * 1e12) * 1e3) + R.call_us * 1e-3;
     exec[r] += ms;
     t[r].kernel_ms += ms;
     t[r].flops += f;
@@ -180,6 +207,15 @@ void ring_stage(Sim& s, const AreaTable& A, int window) {
   auto kv_bytes = [&](int g, double e) { return 2.0 * double(L.group_rows[g]) * L.hkv_l * D * e; };
   std::vector<cp::Schedule> sched;
   for (int c = 0; c < cp; ++c) sched.push_back(cp::make_schedule(cp, c, window));
+  // Every head-group member's ring computes the same block pairs.
+  std::vector<std::vector<int64_t>> cells(cp, std::vector<int64_t>(cp, 0));
+  std::vector<std::vector<double>> units(cp, std::vector<double>(cp, 0.0));
+  for (int c = 0; c < cp; ++c)
+    for (int t = 0; t < cp; ++t) {
+      const int b = sched[c].block[t];
+      cells[c][t] = A.cells(L.group_segs[c], L.group_segs[b]);
+      if (cells[c][t] > 0) units[c][t] = s.units(L.group_segs[c], L.group_segs[b]);
+    }
   for (int m = 0; m < L.u; ++m) {
     const std::vector<int> ranks = s.ring_ranks(m);
     const double q_elems_row = double(L.hq_l) * D;
@@ -203,9 +239,8 @@ void ring_stage(Sim& s, const AreaTable& A, int window) {
       }
       for (int c = 0; c < cp; ++c) {
         const int r = ranks[c], b = sched[c].block[t];
-        const int64_t cells = A.cells(L.group_segs[c], L.group_segs[b]);
-        s.kernel(r, cells);
-        if (cells <= 0) continue;
+        s.kernel(r, cells[c][t], units[c][t]);
+        if (cells[c][t] <= 0) continue;
         const double rows = double(L.group_rows[c]), k_rows = double(L.group_rows[b]);
         if (!P.backward) {
           s.pass(r, rows * q_elems_row * (esz + 8));  // the LSE merge into the fp32 output
@@ -257,9 +292,19 @@ void allgather_stage(Sim& s, const AreaTable& A) {
   const double D = P.head_dim, esz = P.dtype_bytes;
   const int cp = L.cp;
   auto kv = [&](int g, double e) { return double(L.group_rows[g]) * L.hkv_l * D * e; };
+  // Every group's KV in group order, as the engine gathers it.
   Segments all;
-  for (int g = 0; g < cp; ++g)
-    for (const Segment& x : L.group_segs[g]) all.push_back(x);
+  int64_t gathered = 0;
+  for (int g = 0; g < cp; ++g) {
+    for (const Segment& x : L.group_segs[g]) all.push_back({x.begin, x.end, x.offset + gathered});
+    gathered += L.group_rows[g];
+  }
+  std::vector<int64_t> cells(cp);
+  std::vector<double> units(cp, 0.0);
+  for (int c = 0; c < cp; ++c) {
+    cells[c] = A.cells(L.group_segs[c], all);
+    if (cells[c] > 0) units[c] = s.units(L.group_segs[c], all, gathered);
+  }
   for (int m = 0; m < L.u; ++m) {
     const std::vector<int> ranks = s.ring_ranks(m);
     std::vector<Traffic> gather(cp), back(cp);
@@ -275,7 +320,7 @@ void allgather_stage(Sim& s, const AreaTable& A) {
     for (int c = 0; c < cp; ++c) {
       const int r = ranks[c];
       const double rows = double(L.group_rows[c]);
-      s.kernel(r, A.cells(L.group_segs[c], all));
+      s.kernel(r, cells[c], units[c]);
       if (!P.backward) {
         s.pass(r, rows * L.hq_l * D * (4 + esz + 8));
       } else {
@@ -302,6 +347,21 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
   std::vector<std::vector<cp::CastStage>> plans;
   for (int c = 0; c < cp; ++c) plans.push_back(cp::plan_cast(L, B, remote_stages, c));
   const size_t stages = plans[0].size();
+  // The keys of each stage's call, as the engine lays them out (stage 0 the own KV, a fetched
+  // stage its segments one after another), and the call's cells and tile units.
+  std::vector<std::vector<Segments>> keys(cp, std::vector<Segments>(stages));
+  std::vector<std::vector<int64_t>> cells(cp, std::vector<int64_t>(stages, 0));
+  std::vector<std::vector<double>> units(cp, std::vector<double>(stages, 0.0));
+  for (int c = 0; c < cp; ++c)
+    for (size_t st = 0; st < stages; ++st) {
+      int64_t at = 0;
+      if (st == 0) keys[c][st] = L.group_segs[c], at = L.group_rows[c];
+      else
+        for (const Segments& segs : plans[c][st].from_segs)
+          for (const Segment& g : segs) keys[c][st].push_back({g.begin, g.end, at}), at += g.size();
+      cells[c][st] = A.cells(L.group_segs[c], keys[c][st]);
+      if (cells[c][st] > 0) units[c][st] = s.units(L.group_segs[c], keys[c][st], at);
+    }
   for (int m = 0; m < L.u; ++m) {
     const std::vector<int> ranks = s.ring_ranks(m);
     for (int c = 0; c < cp; ++c) {
@@ -340,16 +400,10 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
       if (i + 1 < order.size() && order[i + 1] >= 1) post(order[i + 1], esz, &fetched);
       for (int c = 0; c < cp; ++c) {
         const int r = ranks[c];
-        Segments k = L.group_segs[c];
-        if (st >= 1) {
-          k.clear();
-          for (const Segments& segs : plans[c][st].from_segs) k.insert(k.end(), segs.begin(), segs.end());
-        }
-        const int64_t cells = A.cells(L.group_segs[c], k);
-        s.kernel(r, cells);
-        if (cells <= 0) continue;
+        s.kernel(r, cells[c][st], units[c][st]);
+        if (cells[c][st] <= 0) continue;
         double k_rows = 0;
-        for (const Segment& g : k) k_rows += g.size();
+        for (const Segment& g : keys[c][st]) k_rows += g.size();
         const double rows = double(L.group_rows[c]);
         s.pass(r, rows * L.hq_l * D * (esz + 8) + (P.backward ? 2 * k_rows * row * (esz + 8) : 0.0));
       }
@@ -386,6 +440,23 @@ void require_finite(double v, double lo, const std::string& what) {
 
 }  // namespace
 
+double LinkCurve::ms(double bytes) const { return curve_ms(GBps, latency_us, points, bytes); }
+
+double Link::ms(double bytes, int peers) const {
+  if (peers > 1 && fanout.GBps > 0) return fanout.ms(bytes);
+  return curve_ms(GBps, latency_us, points, bytes);
+}
+
+double calibrate_tiles(const Problem& P, double measured_ms, int sms) {
+  require(std::isfinite(measured_ms) && measured_ms > 0, LCA_ERR_INVALID_ARGUMENT,
+          "the one-GPU time to calibrate tiles by must be a finite number above 0 ms");
+  require(sms >= 1, LCA_ERR_INVALID_ARGUMENT, "the SMs a GPU must be >= 1, got " + std::to_string(sms));
+  const lca_mask m{sizeof(lca_mask), P.seqlen, P.seqlen, static_cast<int64_t>(P.slices.size()), P.slices.data(),
+                   nullptr, 0, nullptr};
+  const double u = tile_units(m, P.backward, P.heads_q, P.heads_kv, sms);
+  return u > 0 ? measured_ms / u : 0.0;
+}
+
 const std::vector<std::string>& strategy_names() {
   static const std::vector<std::string> names = {"ulysses", "ring_p2p", "ring_allgather", "usp", "loongtrain",
                                                  "balanced"};
@@ -411,6 +482,13 @@ Prediction predict(const Problem& P, const std::string& strategy, const nlohmann
   require(std::isfinite(M.inter.latency_us) && M.inter.latency_us >= 0, LCA_ERR_INVALID_ARGUMENT,
           "the inter-node latency (us) must be a finite number >= 0");
   require_finite(M.hbm_GBps, 0, "the memory bandwidth (GB/s)");
+  require(M.sms >= 1, LCA_ERR_INVALID_ARGUMENT, "the SMs a GPU must be >= 1, got " + std::to_string(M.sms));
+  require(std::isfinite(R.unit_ms) && R.unit_ms >= 0, LCA_ERR_INVALID_ARGUMENT,
+          "the time of a tile unit (ms) must be a finite number >= 0");
+  for (const Link* l : {&M.intra, &M.inter})
+    require(std::isfinite(l->fanout.GBps) && l->fanout.GBps >= 0 && std::isfinite(l->fanout.latency_us) &&
+                l->fanout.latency_us >= 0,
+            LCA_ERR_INVALID_ARGUMENT, "the several-peer bandwidth and latency must be finite numbers >= 0");
   require_finite(R.tflops, 0, "the local kernel's rate (TFLOP/s)");
   require(std::isfinite(R.call_us) && R.call_us >= 0, LCA_ERR_INVALID_ARGUMENT,
           "the local kernel's cost a call (us) must be a finite number >= 0");

@@ -12,13 +12,31 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lca::core::model {
 
-struct Link {
-  double GBps = 0;        // per GPU and direction, as the ring uses it (all GPUs at once)
+// A call's time on a link: latency + bytes / bandwidth, or, where a probe measured the pattern at
+// several sizes, the measured times interpolated in bytes (and the bandwidth past the largest).
+struct LinkCurve {
+  double GBps = 0;        // per GPU and direction, bytes to other ranks (all GPUs at once)
   double latency_us = 0;  // a transfer's fixed cost
+  std::vector<std::pair<double, double>> points;  // (bytes a GPU sends to other ranks, ms), bytes rising
+  double ms(double bytes) const;
+};
+
+struct Link {
+  // One peer out and one in at a time (a ring step): what the probe's ring measures.
+  double GBps = 0;
+  double latency_us = 0;
+  std::vector<std::pair<double, double>> points;
+  // Several peers at once (an all-to-all, a group-cast stage that fetches from several groups):
+  // what the probe's all-to-all measures. GBps 0: not measured, the one-peer figures serve.
+  LinkCurve fanout;
+  LinkCurve one() const { return {GBps, latency_us, points}; }
+  // The transfer of `bytes` (the larger of sent and received) with `peers` peers at once.
+  double ms(double bytes, int peers) const;
 };
 
 struct Machine {
@@ -31,11 +49,16 @@ struct Machine {
   // The engine's fp32 merges, fills, packing and accumulations are memory-bound passes; H100's
   // HBM3 does 3.35 TB/s at peak and such copy-like kernels about 2.
   double hbm_GBps = 2000.0;
+  // Streaming multiprocessors a GPU (H100 and H200 SXM: 132): the local kernel's blocks run on them.
+  int sms = 132;
 };
 
 struct KernelRate {
   double tflops = 0;   // the local kernel's rate on this mask and pass
   double call_us = 0;  // fixed cost of one local kernel call (launch, tile scheduling, plan lookup)
+  // > 0: a call takes its tiles' simulated time (kernel_tiles.hpp: tile_units) x unit_ms, the
+  // time of a unit in this pass measured on one GPU (calibrate_tiles); else its FLOPs / tflops.
+  double unit_ms = 0;
 };
 
 struct Problem {
@@ -80,5 +103,9 @@ const std::vector<std::string>& strategy_names();
 
 // FLOPs of a mask's cells: 4 * area * head_dim * heads_q (x 2.5 backward).
 double mask_flops(const Problem& problem);
+
+// The time of a tile unit (KernelRate::unit_ms) from a one-GPU measurement of the whole problem:
+// `measured_ms` / the problem's simulated tile units on `sms` SMs. 0 where the mask has no cells.
+double calibrate_tiles(const Problem& one_gpu, double measured_ms, int sms);
 
 }  // namespace lca::core::model

@@ -1,0 +1,37 @@
+// Tiles and simulated time of a local kernel call, from flex_flash's own host-side schedule
+// (plugins/kernels/flex_flash/schedule.cpp, compiled into the core library: plain C++, no CUDA),
+// so that the model counts the tiles the kernel walks, partial ones at chunk boundaries included.
+#include "core/model/kernel_tiles.hpp"
+
+#include "plugins/kernels/flex_flash/schedule.hpp"
+
+#include <algorithm>
+
+namespace lca::core::model {
+
+namespace ff = lca_flex_flash;
+
+TileCount count_tiles(const lca_mask& mask, bool backward) {
+  TileCount c;
+  if (mask.num_slices == 0 || mask.seqlen_q == 0 || mask.seqlen_k == 0) return c;
+  const ff::TileSchedule s = ff::build_schedule(mask, /*by_query=*/!backward, kModelTileRows);
+  c.tiles = s.full_tiles + s.partial_tiles;
+  c.partial = s.partial_tiles;
+  c.row_tiles = s.busy_tiles;
+  return c;
+}
+
+double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots) {
+  if (mask.num_slices == 0 || mask.seqlen_q == 0 || mask.seqlen_k == 0) return 0.0;
+  const ff::TileSchedule s = ff::build_schedule(mask, /*by_query=*/!backward, kModelTileRows);
+  if (s.full_tiles + s.partial_tiles == 0) return 0.0;
+  if (!backward) return double(ff::simulated_forward_makespan(s, heads_q, slots));
+  // The backward's blocks as its plan makes them (key tiles paired on causal-like masks, long walks
+  // split), one grid over the kv heads.
+  const int32_t group = heads_q / heads_kv;
+  const std::vector<ff::BwdItem> items =
+      ff::split_long_walks(ff::backward_items(s, heads_kv, group, slots, ff::BwdPairing::kAuto), heads_kv, group, slots);
+  return double(ff::simulated_default_makespan(items, heads_kv, group, slots));
+}
+
+}  // namespace lca::core::model

@@ -1,0 +1,32 @@
+// The local kernel's work in tiles: what a tiled flash kernel (flex_flash's schedule, 128-row
+// tiles of 64 columns) computes for a mask, and its simulated time on the GPU's SMs in tile units.
+// Used by the CP scaling model (cp_model.cpp) for every local kernel call, and by its tests.
+// Rule: a unit is only comparable within one pass: calibrate forward and backward each against a
+// measured call of the same pass (KernelRate::unit_ms).
+#pragma once
+
+#include <lca/abi.h>
+
+#include <cstdint>
+
+namespace lca::core::model {
+
+// The tile rows of the kernels the model stands for: the Hopper forward's query tiles and the
+// backward's key tiles (flex_flash kernels.hpp, 128 unless a schedule of 64 computes clearly less).
+inline constexpr int32_t kModelTileRows = 128;
+
+struct TileCount {
+  int64_t tiles = 0;      // (row tile, 64-column tile) pairs the schedule computes, a head
+  int64_t partial = 0;    // of those, the ones the mask fills only in part
+  int64_t row_tiles = 0;  // row tiles with at least one tile: each pays the block's fixed cost
+};
+
+// Forward: rows are queries; backward: rows are keys. The mask must be valid (slices in bounds).
+TileCount count_tiles(const lca_mask& mask, bool backward);
+
+// The kernel's simulated makespan on `slots` SMs (flex_flash's dispatch simulations: a block a
+// row tile and head, each costing its tiles plus the block's fixed cost), in that pass's units.
+// 0 for a mask with no cells.
+double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots);
+
+}  // namespace lca::core::model

@@ -174,8 +174,9 @@ struct Sim {
 
 // The Ulysses all-to-all of one tensor of `heads_total` heads (h_l a member), element bytes `esz`
 // (scatter: my rows out, the group's rows in; gather: the reverse). `replicated`: every member
-// receives the same head (KV heads fewer than members), so `h_l` is 1.
-void head_exchange(Sim& s, int h_l, double esz, bool gather) {
+// receives the same head (KV heads fewer than members), so `h_l` is 1. `packed`: an input tensor
+// in the problem dtype, which a rank alone in its head group computes on in place (no copy).
+void head_exchange(Sim& s, int h_l, double esz, bool gather, bool packed = false) {
   const Layout& L = s.L;
   const double D = s.P.head_dim;
   for (int c = 0; c < L.cp; ++c) {
@@ -190,8 +191,8 @@ void head_exchange(Sim& s, int h_l, double esz, bool gather) {
         s.add(traffic[m], me, members[i], gather ? theirs : mine, gather ? mine : theirs);
       }
       // Packing every member's heads of my rows into the send buffer (or out of the receive
-      // buffer); with one member, the copy into place.
-      s.pass(me, 2.0 * mine * L.u);
+      // buffer); with one member, the copy into place, or nothing for a packed input.
+      if (L.u > 1 || gather || !packed) s.pass(me, 2.0 * mine * L.u);
     }
     if (L.u > 1) s.collective(members, traffic);
   }
@@ -364,10 +365,11 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
     }
   for (int m = 0; m < L.u; ++m) {
     const std::vector<int> ranks = s.ring_ranks(m);
-    for (int c = 0; c < cp; ++c) {
-      const double rows = double(L.group_rows[c]);
-      s.pass(ranks[c], rows * L.hq_l * D * 4);
-    }
+    // Backward: dK and dV of the own rows start at zero. (The forward's first stage with cells
+    // writes O in place: no fill.)
+    if (P.backward)
+      for (int c = 0; c < cp; ++c) s.pass(ranks[c], 2 * double(L.group_rows[c]) * row * 4);
+    std::vector<bool> have(cp, false);  // a stage with cells has run (later ones merge or add)
     std::vector<double> fetched(L.world, 0.0);
     auto post = [&](size_t st, double e, std::vector<double>* done) {
       std::vector<std::vector<int>> peers(cp);
@@ -404,8 +406,16 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
         if (cells[c][st] <= 0) continue;
         double k_rows = 0;
         for (const Segment& g : keys[c][st]) k_rows += g.size();
-        const double rows = double(L.group_rows[c]);
-        s.pass(r, rows * L.hq_l * D * (esz + 8) + (P.backward ? 2 * k_rows * row * (esz + 8) : 0.0));
+        const double q_elems = double(L.group_rows[c]) * L.hq_l * D;
+        if (!P.backward) {
+          // Later stages merge their part into O in the problem dtype: read both, write O.
+          if (have[c]) s.pass(r, q_elems * 3 * esz);
+        } else {
+          // dQ's part converts into fp32 (adds after the first); dK/dV's parts fill the stage's
+          // fp32 accumulator (the own stage adds into dK/dV).
+          s.pass(r, q_elems * (esz + 4 + (have[c] ? 4 : 0)) + 2 * k_rows * row * (esz + 4 + (st == 0 ? 4 : 0)));
+        }
+        have[c] = true;
       }
       if (P.backward && st >= 1) {
         // dK/dV of the fetched rows go home: the reverse of the fetch, in fp32.
@@ -430,6 +440,12 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
       }
     }
     for (int r : ranks) s.exec[r] = std::max(s.exec[r], s.lane[r]);
+    if (P.backward)  // the served rows' partials that came home add into dK and dV
+      for (int c = 0; c < cp; ++c) {
+        double served = 0;
+        for (size_t st = 1; st < stages; ++st) served += double(plans[c][st].served);
+        s.pass(ranks[c], 2 * served * row * 12);
+      }
   }
 }
 
@@ -541,12 +557,12 @@ Prediction predict(const Problem& P, const std::string& strategy, const nlohmann
   const double esz = P.dtype_bytes;
   const bool shard_kv = P.heads_kv % L.u == 0;
   // Head exchange in: Q, K, V (and O, dO, LSE for backward).
-  head_exchange(s, L.hq_l, esz, false);
-  head_exchange(s, L.hkv_l, esz, false);
-  head_exchange(s, L.hkv_l, esz, false);
+  head_exchange(s, L.hq_l, esz, false, true);
+  head_exchange(s, L.hkv_l, esz, false, true);
+  head_exchange(s, L.hkv_l, esz, false, true);
   if (P.backward) {
-    head_exchange(s, L.hq_l, esz, false);
-    head_exchange(s, L.hq_l, esz, false);
+    head_exchange(s, L.hq_l, esz, false, true);
+    head_exchange(s, L.hq_l, esz, false, true);
     head_exchange(s, L.hq_l, 4.0 / P.head_dim, false);
   }
   if (o.mode == cp::ContextMode::ring) ring_stage(s, A, o.window);

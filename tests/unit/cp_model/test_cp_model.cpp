@@ -1,7 +1,9 @@
 // The scaling model against the strategies' own planning code: every cell of the mask is
 // computed exactly once over all ranks, the balanced layouts give each rank its share, more
-// bandwidth never costs time, bad input is refused by name, and 96 GPUs x 6 strategies is fast.
+// bandwidth never costs time, bad input is refused by name, and 96 GPUs x 6 strategies is fast;
+// the local kernel's tiles against hand counts, and transfers to several peers at their figures.
 #include "core/model/cp_model.hpp"
+#include "core/model/kernel_tiles.hpp"
 
 #include "balance.hpp"
 #include "layout.hpp"
@@ -22,6 +24,7 @@ using lca::core::model::KernelRate;
 using lca::core::model::Machine;
 using lca::core::model::predict;
 using lca::core::model::Problem;
+using lca::core::model::count_tiles;
 
 lca_slice slice(int64_t q0, int64_t q1, int64_t k0, int64_t k1, lca_slice_type t) {
   lca_slice s{};
@@ -132,13 +135,31 @@ TEST(CpModel, MoreBandwidthIsNeverSlower) {
         slow.inter = {5, 30};
         const auto base = predict(P, st, nlohmann::json::object(), 16, slow, kRate);
         if (!base.refused.empty()) continue;
-        Machine fast_intra = slow, fast_inter = slow, low_latency = slow;
+        Machine fast_intra = slow, fast_inter = slow, low_latency = slow, fan = slow, faster_fan = slow;
         fast_intra.intra.GBps *= 4;
         fast_inter.inter.GBps *= 4;
         low_latency.intra.latency_us = low_latency.inter.latency_us = 0;
-        for (const Machine& m : {fast_intra, fast_inter, low_latency}) {
+        fan.intra.fanout = {60, 20, {}};
+        fan.inter.fanout = {6, 30, {}};
+        faster_fan = fan;
+        faster_fan.intra.fanout.GBps *= 4;
+        faster_fan.inter.fanout.GBps *= 4;
+        for (const Machine& m : {fast_intra, fast_inter, low_latency, fan}) {
           const auto pr = predict(P, st, nlohmann::json::object(), 16, m, kRate);
           EXPECT_LE(pr.time_ms, base.time_ms * (1 + 1e-12)) << st << " " << name << (bwd ? " bwd" : " fwd");
+        }
+        // The same by tiles (on documents, whose calls the tiles change most), and with the
+        // several-peer figures raised.
+        if (name == "documents") {
+          KernelRate tiles = kRate;
+          tiles.unit_ms = lca::core::model::calibrate_tiles(P, 50.0, 132);
+          const auto tb = predict(P, st, nlohmann::json::object(), 16, fan, tiles);
+          const Machine& m = faster_fan;
+          EXPECT_LE(predict(P, st, nlohmann::json::object(), 16, m, kRate).time_ms,
+                    predict(P, st, nlohmann::json::object(), 16, fan, kRate).time_ms * (1 + 1e-12))
+              << st << " " << name;
+          EXPECT_LE(predict(P, st, nlohmann::json::object(), 16, m, tiles).time_ms, tb.time_ms * (1 + 1e-12))
+              << st << " " << name;
         }
         // Inter-node links slow enough to matter: a cross-node strategy must feel them.
         Machine slower = slow;
@@ -146,6 +167,110 @@ TEST(CpModel, MoreBandwidthIsNeverSlower) {
         const auto pr = predict(P, st, nlohmann::json::object(), 16, slower, kRate);
         EXPECT_GT(pr.time_ms, base.time_ms) << st << " " << name;
       }
+}
+
+lca_mask view(const std::vector<lca_slice>& slices, int64_t sq, int64_t sk) {
+  return lca_mask{sizeof(lca_mask), sq, sk, static_cast<int64_t>(slices.size()), slices.data(), nullptr, 0, nullptr};
+}
+
+// Tiles are 128 rows (queries forward, keys backward) x 64 columns, counted by hand.
+TEST(KernelTiles, AlignedFullAndCausal) {
+  const std::vector<lca_slice> full = {slice(0, 256, 0, 256, LCA_SLICE_FULL)};
+  for (bool bwd : {false, true}) {
+    const auto c = count_tiles(view(full, 256, 256), bwd);
+    EXPECT_EQ(c.tiles, 8);  // 2 row tiles x 4 column tiles
+    EXPECT_EQ(c.partial, 0);
+    EXPECT_EQ(c.row_tiles, 2);
+  }
+  // Forward: query tile 0 sees column tiles 0 and 1, each cut by the diagonal; query tile 1 sees 0
+  // and 1 whole and 2 and 3 cut. Backward: key tile 0 sees query tiles 0 and 1 cut, 2 and 3 whole;
+  // key tile 1 sees 2 and 3 cut.
+  const std::vector<lca_slice> causal = {slice(0, 256, 0, 256, LCA_SLICE_CAUSAL)};
+  for (bool bwd : {false, true}) {
+    const auto c = count_tiles(view(causal, 256, 256), bwd);
+    EXPECT_EQ(c.tiles, 6) << bwd;
+    EXPECT_EQ(c.partial, 4) << bwd;
+    EXPECT_EQ(c.row_tiles, 2) << bwd;
+  }
+}
+
+TEST(KernelTiles, UnalignedLengths) {
+  // 200 queries x 100 keys, full: forward 2 query tiles (128 + 72) x 2 key tiles (64 + 36);
+  // backward 1 key tile x 4 query tiles (64, 64, 64, 8).
+  const std::vector<lca_slice> full = {slice(0, 200, 0, 100, LCA_SLICE_FULL)};
+  auto c = count_tiles(view(full, 200, 100), false);
+  EXPECT_EQ(c.tiles, 4);
+  EXPECT_EQ(c.row_tiles, 2);
+  c = count_tiles(view(full, 200, 100), true);
+  EXPECT_EQ(c.tiles, 4);
+  EXPECT_EQ(c.row_tiles, 1);
+  // An empty row tile pays nothing: queries 0..127 see no key.
+  const std::vector<lca_slice> late = {slice(128, 200, 0, 100, LCA_SLICE_FULL)};
+  c = count_tiles(view(late, 200, 100), false);
+  EXPECT_EQ(c.tiles, 2);
+  EXPECT_EQ(c.row_tiles, 1);
+}
+
+TEST(KernelTiles, ChunksThatCutADocument) {
+  // Documents of 64 tokens at 0, 64, 128, 192 (causal). Whole, forward: query tile 0 holds two
+  // documents, each on its diagonal tile: 2 tiles a query tile, 4 in all.
+  std::vector<lca_slice> docs;
+  for (int64_t a = 0; a < 256; a += 64) docs.push_back(slice(a, a + 64, a, a + 64, LCA_SLICE_CAUSAL));
+  auto c = count_tiles(view(docs, 256, 256), false);
+  EXPECT_EQ(c.tiles, 4);
+  EXPECT_EQ(c.partial, 4);
+  // A rank that holds tokens 32..95 and 160..223 (two chunks, 128 local rows): each chunk holds
+  // the ends of two documents, 32 tokens each. Its call on its own keys: local query rows 0..31
+  // see keys 0..31, rows 32..63 keys 32..63 (tile 0); rows 64..95 keys 64..95, 96..127 keys
+  // 96..127 (tile 1): the same 2 tiles as a whole query tile, for half the cells.
+  const lca::cp::Segments mine = {{32, 96, 0}, {160, 224, 64}};
+  const auto local = lca::cp::clip_mask(docs, mine, mine);
+  c = count_tiles(local.view(), false);
+  EXPECT_EQ(c.tiles, 2);
+  EXPECT_EQ(c.partial, 2);
+  EXPECT_EQ(c.row_tiles, 1);
+  int64_t area = 0, whole = 0;
+  for (const auto& x : local.slices) area += lca::slice_area(x);
+  for (const auto& x : docs) whole += lca::slice_area(x);
+  EXPECT_EQ(area, 4 * (32 * 33 / 2));  // the four document ends, 32 x 33 / 2 cells each
+  EXPECT_LT(double(area) / c.tiles, double(whole) / 4);  // fewer cells a tile than whole
+}
+
+TEST(CpModel, TilesCalibratedOnTheWholeMaskGiveItsTimeOnOneRank) {
+  // One rank computes the whole mask in one call: by tiles, exactly the calibration's time.
+  const int64_t S = 16384;
+  for (const auto& [name, slices] : masks(S))
+    for (bool bwd : {false, true}) {
+      const Problem P = problem(slices, S, 16, 4, bwd);
+      KernelRate r = kRate;
+      r.unit_ms = lca::core::model::calibrate_tiles(P, 3.0, 132);
+      ASSERT_GT(r.unit_ms, 0) << name;
+      const auto pr = predict(P, "ring_p2p", nlohmann::json::object(), 1, Machine{}, r);
+      ASSERT_TRUE(pr.refused.empty()) << pr.refused;
+      EXPECT_NEAR(pr.slowest.kernel_ms, 3.0, 1e-9) << name << (bwd ? " bwd" : " fwd");
+    }
+}
+
+TEST(CpModel, SeveralPeersAtOnceUseTheirOwnFigures) {
+  // The all-gather's all-to-all (3 peers a rank at 4 GPUs) moves at the several-peer figures;
+  // the ring's send/recv (one peer each way) does not.
+  const int64_t S = 65536;
+  const Problem P = problem({slice(0, S, 0, S, LCA_SLICE_CAUSAL)}, S, 8, 8);
+  Machine slow;
+  slow.gpus_per_node = 4;
+  slow.intra = {2, 0};
+  Machine fanout = slow;
+  fanout.intra.fanout = {8, 0, {}};
+  for (const char* st : {"ring_allgather", "ring_p2p"}) {
+    const auto a = predict(P, st, nlohmann::json::object(), 4, slow, kRate);
+    const auto b = predict(P, st, nlohmann::json::object(), 4, fanout, kRate);
+    if (std::string(st) == "ring_allgather") EXPECT_LT(b.time_ms, 0.5 * a.time_ms) << st;
+    else EXPECT_DOUBLE_EQ(b.time_ms, a.time_ms) << st;
+  }
+  // Measured sizes interpolate: 1 MB in 1 ms and 3 MB in 2 ms give 2 MB in 1.5 ms.
+  lca::core::model::LinkCurve c{1.0, 0.0, {{1e6, 1.0}, {3e6, 2.0}}};
+  EXPECT_DOUBLE_EQ(c.ms(2e6), 1.5);
+  EXPECT_DOUBLE_EQ(c.ms(4e6), 3.0);  // past the largest, at GBps
 }
 
 TEST(CpModel, BadInputIsRefusedByName) {
@@ -181,15 +306,18 @@ TEST(CpModel, NinetySixGpusOfSixStrategiesInSeconds) {
   const int64_t S = 32768LL * 96;
   const Problem P = problem(documents(S, 1024, 3), S, 64, 8, true);
   const auto t0 = std::chrono::steady_clock::now();
-  for (const std::string& st : lca::core::model::strategy_names()) {
-    const auto pr = predict(P, st, nlohmann::json::object(), 96, Machine{}, kRate);
-    if (pr.refused.empty()) {
-      EXPECT_GT(pr.tflops_per_gpu, 0) << st;
+  KernelRate tiles = kRate;
+  tiles.unit_ms = lca::core::model::calibrate_tiles(P, 100.0, 132);
+  for (const KernelRate& r : {kRate, tiles})
+    for (const std::string& st : lca::core::model::strategy_names()) {
+      const auto pr = predict(P, st, nlohmann::json::object(), 96, Machine{}, r);
+      if (pr.refused.empty()) {
+        EXPECT_GT(pr.tflops_per_gpu, 0) << st;
+      }
     }
-  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 20.0) << "96 GPUs x 6 strategies took " << s << " s";
-  std::printf("[cp_model] 96 GPUs x 6 strategies, %zu slices, backward: %.2f s\n", P.slices.size(), s);
+  std::printf("[cp_model] 96 GPUs x 6 strategies, %zu slices, backward, by area and by tiles: %.2f s\n", P.slices.size(), s);
 }
 
 }  // namespace

@@ -217,6 +217,31 @@ TEST_F(Cli, UnknownPresetNamesThePresets) {
   EXPECT_HAS(r.err, "all");
 }
 
+TEST_F(Cli, CpModelValidatesAStoredRunBothWays) {
+  // Five 4-GPU cells (full, 64K a GPU) against their one-GPU records: a row a cell with the area
+  // and the tiles prediction, and a summary of each.
+  const std::string R = std::string(LCA_TEST_SOURCE_DIR) + "/docs/results/";
+  auto r = lcahost({"cp-model", "--validate", R + "2026-11-26-h100x4-cp-target-64k-full-np4.jsonl", "--rates",
+                    R + "2026-11-26-h100x4-cp-target-64k-full-np1.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_HAS(r.out, "measured");
+  EXPECT_HAS(r.out, "tiles");
+  EXPECT_HAS(r.out, "several peers: no all-to-all figure, the one-peer figures serve");
+  int rows = 0;
+  for (const auto& l : lines_of(r.out)) rows += l.rfind("ring_p2p ", 0) == 0 || l.rfind("usp ", 0) == 0;
+  EXPECT_EQ(rows, 2) << r.out;
+  EXPECT_HAS(r.out, "# summary area : 5 cells");
+  EXPECT_HAS(r.out, "# summary tiles: 5 cells");
+  EXPECT_HAS(r.out, "(--kernel-time)");
+  // Timed by area only: no tiles column is chosen.
+  r = lcahost({"cp-model", "--validate", R + "2026-11-26-h100x4-cp-target-64k-full-np4.jsonl", "--rates",
+               R + "2026-11-26-h100x4-cp-target-64k-full-np1.jsonl", "--kernel-time", "area"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_HAS(r.out, "# summary area : 5 cells");
+  r = lcahost({"cp-model", "--kernel-time", "cells", "--rate", "500"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+}
+
 TEST_F(Cli, OtherBadCommandLines) {
   auto r = lcahost({"caps", "--mask", "diagonal"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 namespace lca::core::model {
 
@@ -124,8 +125,17 @@ struct Sim {
     if (R.unit_ms <= 0) return 0.0;
     cp::LocalMask m = cp::clip_mask(P.slices, q, k);
     if (seqlen_k >= 0) m.seqlen_k = seqlen_k;
-    return m.empty() ? 0.0 : tile_units(m.view(), P.backward, L.hq_l, L.hkv_l, M.sms);
+    if (m.empty()) return 0.0;
+    // Many block pairs see the same local mask (full and causal pairs of a ring, alike zigzag
+    // pieces): simulate each distinct one once.
+    std::string key(reinterpret_cast<const char*>(&m.seqlen_q), sizeof m.seqlen_q);
+    key.append(reinterpret_cast<const char*>(&m.seqlen_k), sizeof m.seqlen_k);
+    key.append(reinterpret_cast<const char*>(m.slices.data()), m.slices.size() * sizeof(lca_slice));
+    const auto it = unit_cache.find(key);
+    if (it != unit_cache.end()) return it->second;
+    return unit_cache[key] = tile_units(m.view(), P.backward, L.hq_l, L.hkv_l, M.sms);
   }
+  mutable std::unordered_map<std::string, double> unit_cache;
   void kernel(int r, int64_t cells, double units) {
     if (cells <= 0) return;
     const double f = flops_of(cells);

@@ -167,5 +167,18 @@ TEST(CudnnSdpaRefusal, ProblemsOutsideTheManifestAreUnsupported) {
   EXPECT_EQ(cudnn.plan(cpu, mask, exec).status, LCA_ERR_UNSUPPORTED);
 }
 
+TEST(CudnnSdpaRefusal, UnknownOffsetsOptionNamesTheChoices) {
+  PluginHandle lib("cudnn_sdpa");
+  try {
+    Kernel cudnn(lib, R"({"offsets": "int16"})");
+    FAIL() << "create() took offsets = int16";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("offsets"), std::string::npos) << what;
+    EXPECT_NE(what.find("int64, int32"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(Kernel(lib, R"({"offsets": "int32"})"));
+}
+
 }  // namespace
 }  // namespace lca::test

@@ -19,8 +19,8 @@
 #include <memory>
 #include <string>
 
-#ifndef LCA_FA4_PYTHON
-#define LCA_FA4_PYTHON "python3"
+#ifndef LCA_PEER_PYTHON
+#define LCA_PEER_PYTHON "python3"
 #endif
 
 namespace lca_fa4 {
@@ -50,7 +50,7 @@ class Fa4 final : public lca::IKernel {
     const char* site_env = std::getenv("LCA_FA4_SITE");
     if (site.empty() && site_env != nullptr) site = site_env;
     const char* env = std::getenv("LCA_TORCH_PYTHON");
-    const std::string python = env && *env ? env : LCA_FA4_PYTHON;
+    const std::string python = env && *env ? env : LCA_PEER_PYTHON;
     const std::filesystem::path module_dir = std::filesystem::path(host.plugin_dir ? host.plugin_dir : ".") / "python";
     lca::require(std::filesystem::exists(module_dir / "lca_fa4.py"), LCA_ERR_INVALID_ARGUMENT,
                  "fa4: " + (module_dir / "lca_fa4.py").string() +

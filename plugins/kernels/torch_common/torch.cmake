@@ -1,6 +1,6 @@
-# PyTorch discovery for the peer plugins (torch_sdpa_*, torch_flex), shared by their folders.
-# Used by plugins/kernels/torch_sdpa and plugins/kernels/torch_flex (include + lca_probe_torch()),
-# and by their GPU tests.
+# PyTorch discovery for the peer plugins (torch_sdpa_*, torch_flex, fa4, vsa_triton), shared by
+# their folders. Used by plugins/kernels/torch_sdpa (include + lca_probe_torch()) and by
+# python_peer.cmake beside this file (torch_flex, fa4, vsa).
 # Rule: only the probe is shared; find_package(Torch) and find_package(Python3) run inside each
 # plugin's own folder, so that Torch's variables and flags stay out of the rest of the build.
 #

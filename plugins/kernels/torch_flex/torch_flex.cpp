@@ -18,8 +18,8 @@
 #include <memory>
 #include <string>
 
-#ifndef LCA_TORCH_FLEX_PYTHON
-#define LCA_TORCH_FLEX_PYTHON "python3"
+#ifndef LCA_PEER_PYTHON
+#define LCA_PEER_PYTHON "python3"
 #endif
 
 namespace lca_torch_flex {
@@ -41,7 +41,7 @@ class TorchFlex final : public lca::IKernel {
       throw Error(LCA_ERR_INVALID_ARGUMENT, std::string("torch_flex: bad config: ") + e.what());
     }
     const char* env = std::getenv("LCA_TORCH_PYTHON");
-    const std::string python = env && *env ? env : LCA_TORCH_FLEX_PYTHON;
+    const std::string python = env && *env ? env : LCA_PEER_PYTHON;
     const std::filesystem::path module_dir = std::filesystem::path(host.plugin_dir ? host.plugin_dir : ".") / "python";
     lca::require(std::filesystem::exists(module_dir / "lca_torch_flex.py"), LCA_ERR_INVALID_ARGUMENT,
                  "torch_flex: " + (module_dir / "lca_torch_flex.py").string() +

@@ -20,8 +20,8 @@
 #include <memory>
 #include <string>
 
-#ifndef LCA_VSA_PYTHON
-#define LCA_VSA_PYTHON "python3"
+#ifndef LCA_PEER_PYTHON
+#define LCA_PEER_PYTHON "python3"
 #endif
 
 namespace lca_vsa {
@@ -45,7 +45,7 @@ class VsaTriton final : public lca::IKernel {
       throw Error(LCA_ERR_INVALID_ARGUMENT, std::string("vsa_triton: bad config: ") + e.what());
     }
     const char* env = std::getenv("LCA_TORCH_PYTHON");
-    const std::string python = env && *env ? env : LCA_VSA_PYTHON;
+    const std::string python = env && *env ? env : LCA_PEER_PYTHON;
     const std::filesystem::path module_dir = std::filesystem::path(host.plugin_dir ? host.plugin_dir : ".") / "python";
     for (const char* file : {"lca_vsa.py", "fastvideo_kernel_vsa/block_sparse_attn_triton.py"})
       lca::require(std::filesystem::exists(module_dir / file), LCA_ERR_INVALID_ARGUMENT,

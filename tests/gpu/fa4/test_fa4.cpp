@@ -9,28 +9,24 @@
 // is not set, as where the plugin was not built or no GPU is visible.
 #include "builtin_fixture.hpp"
 #include "harness.hpp"
+#include "tests/gpu/python_peers_common.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <set>
 
 namespace lca::test::cuda {
 namespace {
 
-#define LCA_SKIP_UNLESS_READY()                                                                           \
-  if (!std::filesystem::exists(plugin_dir() / "liblca_fa4.so"))                                           \
-    GTEST_SKIP() << "fa4 was not built (see the configure output for why)";                               \
+// FA4 itself comes from a site folder, not from the build.
+#define LCA_SKIP_UNLESS_READY()                                                                            \
+  LCA_SKIP_UNLESS_BUILT("fa4");                                                                            \
   if (std::getenv("LCA_FA4_SITE") == nullptr)                                                              \
     GTEST_SKIP() << "LCA_FA4_SITE is not set (FA4's site folder: tools/fetch_fa4.sh, plugins/kernels/fa4)"; \
-  if (core::gpu::device_count() == 0) GTEST_SKIP() << "no CUDA device visible (driver or GPU absent)"
-
-Problem make(std::string name, int64_t s, int hq, int hkv, int d, int32_t dtype, std::vector<lca_slice> slices) {
-  return Problem{std::move(name), s, s, hq, hkv, d, dtype, std::move(slices)};
-}
+  LCA_SKIP_WITHOUT_GPU()
 
 // Query q sees keys [q - left, q + right] inside the sequence, one FULL slice a row.
 std::vector<lca_slice> mask_band(int64_t s, int64_t left, int64_t right) {
@@ -52,45 +48,24 @@ std::vector<lca_slice> mask_document_band(const std::vector<int64_t>& lengths, i
   return out;
 }
 
-// bf16 keeps 8 significant bits, f16 11; LSE is fp32.
-void expect_close(const Problem& p, const Results& got, const Results& ref) {
-  const bool bf16 = p.dtype == LCA_DTYPE_BF16;
-  const double tol_o = bf16 ? 1.5e-2 : 4e-3, tol_grad = bf16 ? 2e-2 : 6e-3, tol_lse = 5e-3;
-  const double e_o = rel_l2(got.o, ref.o), e_lse = lse_max_abs(got.lse, ref.lse);
-  const double e_dq = rel_l2(got.dq, ref.dq), e_dk = rel_l2(got.dk, ref.dk), e_dv = rel_l2(got.dv, ref.dv);
-  std::printf("[fa4] %-44s o %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", p.name.c_str(), e_o, e_lse, e_dq, e_dk, e_dv);
-  EXPECT_LE(e_o, tol_o);
-  EXPECT_LE(e_lse, tol_lse);
-  EXPECT_LE(e_dq, tol_grad);
-  EXPECT_LE(e_dk, tol_grad);
-  EXPECT_LE(e_dv, tol_grad);
-}
-
-Results check_against_reference(const Problem& p, uint64_t seed) {
-  const Inputs in = make_inputs(p, seed);
-  const Results ref = run_cpu_reference(p, in, true);
-  EXPECT_EQ(ref.status, LCA_OK) << ref.error;
-  core::gpu::DeviceAllocator alloc(0);
-  core::gpu::Stream stream;
-  PluginHandle plugin("fa4");
-  const Results got = run_cuda(plugin, p, in, true, alloc, stream.handle(), 2);
-  EXPECT_EQ(got.status, LCA_OK) << got.error;
-  if (got.status == LCA_OK && ref.status == LCA_OK) expect_close(p, got, ref);
-  EXPECT_EQ(alloc.current_bytes(), 0u);
-  return got;
+// Two backward calls on one plan, the gradients poisoned before the second.
+void check_fa4(const Problem& p, uint64_t seed) {
+  check_against_reference("fa4", p, slice_mask(p), seed, SecondBackward::kPoisoned);
 }
 
 std::vector<Problem> cases() {
   const int32_t bf = LCA_DTYPE_BF16, hf = LCA_DTYPE_F16;
   return {
-      make("full_1000_gqa8_d128_bf16", 1000, 8, 1, 128, bf, mask_full(1000, 1000)),
-      make("causal_1000_gqa8_d128_bf16", 1000, 8, 1, 128, bf, mask_causal(1000)),
-      make("documents_causal_1000_gqa8_d128_bf16", 1000, 8, 1, 128, bf, mask_documents({300, 37, 600, 63}, true)),
-      make("documents_full_129_gqa8_d128_bf16", 129, 8, 1, 128, bf, mask_documents({100, 29}, false)),
-      make("window_causal_1000_gqa8_d128_bf16", 1000, 8, 1, 128, bf, mask_sliding_window(1000, 128)),
-      make("window_two_sided_777_gqa8_d128_bf16", 777, 8, 1, 128, bf, mask_band(777, 100, 37)),
-      make("documents_window_1000_gqa8_d128_bf16", 1000, 8, 1, 128, bf, mask_document_band({450, 1, 300, 249}, 64)),
-      make("causal_397_mha_d64_f16", 397, 4, 4, 64, hf, mask_causal(397)),
+      make_problem("full_1000_gqa8_d128_bf16", 1000, 8, 1, 128, bf, mask_full(1000, 1000)),
+      make_problem("causal_1000_gqa8_d128_bf16", 1000, 8, 1, 128, bf, mask_causal(1000)),
+      make_problem("documents_causal_1000_gqa8_d128_bf16", 1000, 8, 1, 128, bf,
+                   mask_documents({300, 37, 600, 63}, true)),
+      make_problem("documents_full_129_gqa8_d128_bf16", 129, 8, 1, 128, bf, mask_documents({100, 29}, false)),
+      make_problem("window_causal_1000_gqa8_d128_bf16", 1000, 8, 1, 128, bf, mask_sliding_window(1000, 128)),
+      make_problem("window_two_sided_777_gqa8_d128_bf16", 777, 8, 1, 128, bf, mask_band(777, 100, 37)),
+      make_problem("documents_window_1000_gqa8_d128_bf16", 1000, 8, 1, 128, bf,
+                   mask_document_band({450, 1, 300, 249}, 64)),
+      make_problem("causal_397_mha_d64_f16", 397, 4, 4, 64, hf, mask_causal(397)),
   };
 }
 
@@ -98,7 +73,7 @@ class Fa4 : public ::testing::TestWithParam<Problem> {};
 
 TEST_P(Fa4, MatchesCpuReference) {
   LCA_SKIP_UNLESS_READY();
-  check_against_reference(GetParam(), 2029);
+  check_fa4(GetParam(), 2029);
 }
 
 INSTANTIATE_TEST_SUITE_P(Masks, Fa4, ::testing::ValuesIn(cases()), [](const auto& info) { return info.param.name; });
@@ -120,10 +95,10 @@ TEST(Fa4Builtin, TakenPatternsMatchAndTheOthersAreRefused) {
       EXPECT_EQ(taken.count(name), 0u);
       continue;  // the harness hands over slices only; the refusal is test_fa4_mask's
     }
-    Problem p = make(name + "_1001_gqa8_d128_bf16", 1001, 8, 1, 128, LCA_DTYPE_BF16, {});
+    Problem p = make_problem(name + "_1001_gqa8_d128_bf16", 1001, 8, 1, 128, LCA_DTYPE_BF16, {});
     p.slices.assign(g.mask->slices, g.mask->slices + g.mask->num_slices);
     if (taken.count(name)) {
-      check_against_reference(p, 2030);
+      check_fa4(p, 2030);
       continue;
     }
     const Inputs in = make_inputs(p, 2030);
@@ -140,7 +115,8 @@ TEST(Fa4Builtin, TakenPatternsMatchAndTheOthersAreRefused) {
 // plan_info carries the compile (JIT) time and the mask's reading.
 TEST(Fa4PlanInfo, CompileTimeAndMaskAreReported) {
   LCA_SKIP_UNLESS_READY();
-  const Problem p = make("documents_causal", 1000, 8, 1, 128, LCA_DTYPE_BF16, mask_documents({300, 37, 600, 63}, true));
+  const Problem p =
+      make_problem("documents_causal", 1000, 8, 1, 128, LCA_DTYPE_BF16, mask_documents({300, 37, 600, 63}, true));
   core::gpu::DeviceAllocator alloc(0);
   core::gpu::Stream stream;
   PluginHandle plugin("fa4");

@@ -316,6 +316,12 @@ inline bool backward_dq_first_runs(const BwdParams& p) {
   return p.dq_first != nullptr && backward_on_sm90(p) && sm90_dq_first_runs(p);
 }
 
+// Whether dV is issued before the dS^T barrier (BwdParams::dv_first): in the Hopper kernel without
+// the skip or rotation, dQ through TMA.
+inline bool backward_dv_first_runs(const BwdParams& p) {
+  return p.dv_first && backward_on_sm90(p) && sm90_dv_first_runs(p);
+}
+
 // The kernel run_backward launches, by the "backward" option's value that forces it ("mma": the
 // mma.sync kernel).
 inline const char* backward_kernel_name(const BwdParams& p) {

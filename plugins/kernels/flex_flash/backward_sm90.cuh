@@ -77,7 +77,9 @@ struct Sm90BwdLayout {
   static constexpr int kThreads = 384;
 };
 
-template <class T, int D, bool kTmaDq, bool kSkipIdle, bool kRotate = kSkipIdle>
+// kDvFirst (BwdParams::dv_first): dV += P^T dO issued before the dS^T stores and barrier, so that
+// the tensor cores have work through them; then dQ, then dK. Only with kTmaDq.
+template <class T, int D, bool kTmaDq, bool kSkipIdle, bool kRotate = kSkipIdle, bool kDvFirst = false>
 __global__ void __launch_bounds__(384, 1)
     backward_sm90_kernel(const BwdParams p, const __grid_constant__ Sm90BwdMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -88,6 +90,7 @@ __global__ void __launch_bounds__(384, 1)
   // dS^T barrier from different instructions, which the .aligned bar.sync does not allow: that
   // kernel syncs with barrier.sync (sm90::named_sync_any).
   static_assert(kTmaDq || !kSkipIdle, "the idle skip needs the TMA dQ path");
+  static_assert(kTmaDq || !kDvFirst, "dV first is a form of the TMA dQ path");
   auto ds_sync = [] {
     if constexpr (kSkipIdle) sm90::named_sync_any(1, 256);
     else sm90::named_sync(1, 256);
@@ -449,6 +452,26 @@ __global__ void __launch_bounds__(384, 1)
             da[kk][j] = M::pack(dpt[8 * kk + 2 * j], dpt[8 * kk + 2 * j + 1]);
           }
         }
+        // dV += P^T dO and dK += dS^T Q: B N-major (head dim contiguous), halves kTile rows apart.
+        auto issue_dv = [&] {
+          const uint64_t do_desc_n = sm90::smem_desc(sdo(b), kTile * 128, 1024);
+          sm90::wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::desc_plus(do_desc_n, kk * 16 * 128), 1);
+        };
+        // `fence`: false where dV's wgmmas, fenced, went just before in the same group.
+        auto issue_dk = [&](bool fence) {
+          const uint64_t q_desc_n = sm90::smem_desc(sq(b), kTile * 128, 1024);
+          if (fence) sm90::wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::desc_plus(q_desc_n, kk * 16 * 128), 1);
+        };
+        if constexpr (kDvFirst) {
+          issue_dv();
+          sm90::wgmma_commit();
+        }
         // dS^T to shared memory as [key][query], 128-byte swizzled: the M-major A operand of dQ.
         {
           char* ds = gbase + L::kDsOffset + b * L::kDsBytes;
@@ -462,21 +485,30 @@ __global__ void __launch_bounds__(384, 1)
                   da[kk][j];
             }
         }
-        // dV += P^T dO and dK += dS^T Q, one wgmma group: B N-major (head dim contiguous), halves
-        // kTile rows apart.
+        // dV and dK as one wgmma group.
         auto issue_dv_dk = [&] {
-          const uint64_t do_desc_n = sm90::smem_desc(sdo(b), kTile * 128, 1024);
-          const uint64_t q_desc_n = sm90::smem_desc(sq(b), kTile * 128, 1024);
-          sm90::wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            sm90::WgmmaRS<T, D>::template run<1>(dv, pa[kk], sm90::desc_plus(do_desc_n, kk * 16 * 128), 1);
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            sm90::WgmmaRS<T, D>::template run<1>(dk, da[kk], sm90::desc_plus(q_desc_n, kk * 16 * 128), 1);
+          issue_dv();
+          issue_dk(false);
           sm90::wgmma_commit();
         };
-        if constexpr (kTmaDq) {
+        if constexpr (kDvFirst) {
+          // dV's group is in flight (issued above); dQ once both warpgroups' dS^T are in shared
+          // memory, then dK. Groups in order: dV, dQ, dK; waiting for all but the newest leaves dK
+          // running while dQ's tile is stored.
+          sm90::fence_proxy_async();
+          ds_sync();
+          float dq[32];
+          if (writes_dq) issue_dq(dq, b, 0);
+          issue_dk(true);
+          sm90::wgmma_commit();
+          if (writes_dq) {
+            if constexpr (kSplitD) sm90::wgmma_wait<1>();
+            else sm90::wgmma_wait<0>();
+            sm90::fence_regs(dq);
+            store_dq(dq, it);
+          }
+          sm90::wgmma_wait<0>();
+        } else if constexpr (kTmaDq) {
           // dQ first, then dV and dK: the dQ tile goes to shared memory while the tensor cores run
           // dV and dK.
           sm90::fence_proxy_async();
@@ -603,13 +635,13 @@ inline bool variant_runs_matched(BackwardChoice v) {
   return v == BackwardChoice::sm90_auto || v == BackwardChoice::sm90 || v == BackwardChoice::sm90_skip;
 }
 
-template <class T, int D, bool kTmaDq, bool kSkipIdle = false, bool kRotate = kSkipIdle>
+template <class T, int D, bool kTmaDq, bool kSkipIdle = false, bool kRotate = kSkipIdle, bool kDvFirst = false>
 void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, cudaStream_t stream) {
   using L = Sm90BwdLayout<T, D, kTmaDq>;
-  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(backward_sm90_kernel<T, D, kTmaDq, kSkipIdle, kRotate>,
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(backward_sm90_kernel<T, D, kTmaDq, kSkipIdle, kRotate, kDvFirst>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
   const dim3 grid(static_cast<unsigned>(p.sched.item_count), static_cast<unsigned>(p.heads_kv));
-  backward_sm90_kernel<T, D, kTmaDq, kSkipIdle, kRotate><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  backward_sm90_kernel<T, D, kTmaDq, kSkipIdle, kRotate, kDvFirst><<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash backward_sm90_kernel");
 }
 
@@ -623,6 +655,11 @@ inline Sm90Backward sm90_backward_kernel(const BwdParams& p) {
 // into.
 inline bool sm90_dq_first_runs(const BwdParams& p) {
   return p.dq_first != nullptr && dq_first_runs_in(p.backward, sm90_backward_kernel(p));
+}
+
+// Whether dV goes first (BwdParams::dv_first): the same kernels as the first writers of dQ.
+inline bool sm90_dv_first_runs(const BwdParams& p) {
+  return p.dv_first && dq_first_runs_in(p.backward, sm90_backward_kernel(p));
 }
 
 template <class T, int D>
@@ -652,7 +689,9 @@ void launch_backward_sm90(const BwdParams& p, cudaStream_t stream) {
     switch (kernel) {
       case Sm90Backward::skip: return launch_backward_sm90_variant<T, D, true, true>(p, maps, stream);
       case Sm90Backward::rotate: return launch_backward_sm90_variant<T, D, true, false, true>(p, maps, stream);
-      case Sm90Backward::noskip: return launch_backward_sm90_variant<T, D, true, false>(p, maps, stream);
+      case Sm90Backward::noskip:
+        if (sm90_dv_first_runs(p)) return launch_backward_sm90_variant<T, D, true, false, false, true>(p, maps, stream);
+        return launch_backward_sm90_variant<T, D, true, false>(p, maps, stream);
     }
   }
 }

@@ -84,4 +84,6 @@ const char* launched_backward_kernel(const BwdParams& p) { return dev::backward_
 
 bool launched_dq_first_writers(const BwdParams& p) { return dev::backward_dq_first_runs(p); }
 
+bool launched_dv_first(const BwdParams& p) { return dev::backward_dv_first_runs(p); }
+
 }  // namespace lca_flex_flash

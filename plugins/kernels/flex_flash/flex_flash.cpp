@@ -103,6 +103,7 @@ class FlexPlan final : public lca::IPlan {
     b.backward = options.backward;
     b.dq_first = dq_first.empty() ? nullptr : dq_first.as<int32_t>();
     b.split_count = split_count;
+    b.dv_first = options.bwd_dv_first == Switch::kOn;
     auto rounded = [](float x) { return std::round(double{x} * 1000.0) / 1000.0; };
     nlohmann::json j;
     j["forward"] = {{"kernel", launched_forward_kernel(f, problem.head_dim)},
@@ -123,6 +124,7 @@ class FlexPlan final : public lca::IPlan {
                      {"matched_key_blocks", !bwd.key_blocks.empty()},
                      {"split_walks", split_count},
                      {"dq_first_writers", launched_dq_first_writers(b)},
+                     {"dv_first", launched_dv_first(b)},
                      {"idle_share", rounded(bwd.idle_share)},
                      {"mean_tiles", rounded(bwd.mean_tiles)}};
     return j.dump();
@@ -329,6 +331,7 @@ class FlexFlash final : public lca::IKernel {
     if (++plan.dq_call == 0) plan.dq_call = 1;  // the flags start at 0: never a call's number
     p.dq_call = plan.dq_call;
     p.backward = plan.options.backward;
+    p.dv_first = plan.options.bwd_dv_first == Switch::kOn;
     launch_backward(pr.dtype, pr.head_dim, p, exec.stream);
   }
 

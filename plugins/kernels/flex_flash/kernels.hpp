@@ -95,6 +95,9 @@ struct BwdParams {
   uint32_t* dq_ready;
   uint32_t dq_call;
   BackwardChoice backward = BackwardChoice::sm90_auto;  // the instance's "backward" option (options.hpp)
+  // dV += P^T dO issued before the dS^T stores and barrier, dK after dQ ("bwd_dv_first"): the
+  // tensor cores busy through that barrier. Only the Hopper kernel without the skip or rotation.
+  bool dv_first = false;
 };
 
 // One instantiation per (lca_dtype, head dim), each in its own launch_*.cu.
@@ -416,5 +419,6 @@ void launch_backward(int32_t dtype, int32_t head_dim, const BwdParams& p, void* 
 const char* launched_forward_kernel(const FwdParams& p, int32_t head_dim);
 const char* launched_backward_kernel(const BwdParams& p);
 bool launched_dq_first_writers(const BwdParams& p);
+bool launched_dv_first(const BwdParams& p);
 
 }  // namespace lca_flex_flash

@@ -91,10 +91,11 @@ Options parse_options(const std::string& config_json) {
     else if (key == "bwd_match") o.bwd_match = value_of(kOffOn, key, v);
     else if (key == "bwd_local") o.bwd_local = value_of(kOffOn, key, v);
     else if (key == "dq_first") o.dq_first = value_of(kOffOn, key, v);
+    else if (key == "bwd_dv_first") o.bwd_dv_first = value_of(kOffOn, key, v);
     else
       throw lca::Error(LCA_ERR_INVALID_ARGUMENT,
                        "flex_flash: unknown option '" + key +
-                           "' (options: forward, backward, bwd_order, bwd_split, bwd_match, bwd_local, dq_first; "
+                           "' (options: forward, backward, bwd_order, bwd_split, bwd_match, bwd_local, dq_first, bwd_dv_first; "
                            "see plugins/kernels/flex_flash/README.md)");
   }
   return o;

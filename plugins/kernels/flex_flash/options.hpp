@@ -53,6 +53,9 @@ struct Options {
   Switch bwd_match = Switch::kAuto;  // "bwd_match": off | on
   Switch bwd_local = Switch::kAuto;  // "bwd_local": off | on
   Switch dq_first = Switch::kAuto;   // "dq_first": off | on
+  // "bwd_dv_first": on issues dV += P^T dO before the dS^T barrier in the Hopper backward without the
+  // skip or rotation (BwdParams::dv_first); off (and absent) after it, as before.
+  Switch bwd_dv_first = Switch::kAuto;
 };
 
 // The options of a config_json object ("" or "{}": every default). Throws lca::Error

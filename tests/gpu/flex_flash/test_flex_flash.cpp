@@ -297,6 +297,7 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
   EXPECT_EQ(f["forward"]["row_tiles"].get<int>(), (8192 + rows - 1) / rows);
   EXPECT_EQ(f["backward"]["key_tiles"].get<int>(), 8192 / f["backward"]["tile_keys"].get<int>());
   EXPECT_TRUE(f["backward"]["dq_first_writers"].is_boolean());
+  EXPECT_TRUE(f["backward"]["dv_first"].is_boolean());
   EXPECT_GE(f["backward"]["blocks"].get<int64_t>(), 8);
 
   const std::string forced_fwd = flex_options().value("forward", ""), forced_bwd = flex_options().value("backward", "");
@@ -319,9 +320,13 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
       EXPECT_EQ(f["forward"]["kernel"], forced_fwd == "sm90_k128_wg3" ? "sm90_k128" : forced_fwd);
     for (const char* forced : {"mma", "sm90_atomic", "sm90_skip", "sm90_noskip"})
       if (forced_bwd == forced) EXPECT_EQ(f["backward"]["kernel"], forced);
+    // dV first runs where the kernel without the skip does: full's default backward.
+    if (flex_options().value("bwd_dv_first", "") == "on" && (forced_bwd.empty() || forced_bwd == "sm90_noskip"))
+      EXPECT_EQ(f["backward"]["dv_first"], true);
     return;
   }
   EXPECT_EQ(f["forward"]["kernel"], "sm90_k128");
+  EXPECT_EQ(f["backward"]["dv_first"], false);
 
   const nlohmann::json bs = info_of(builtin("block_sparse", 8192, 16, 8, 128));
   EXPECT_EQ(bs["forward"]["kernel"], "sm90_pair");

@@ -39,6 +39,7 @@ TEST(FlexOptions, AbsentOptionsAreTheDefaults) {
     EXPECT_EQ(o.bwd_match, Switch::kAuto) << config;
     EXPECT_EQ(o.bwd_local, Switch::kAuto) << config;
     EXPECT_EQ(o.dq_first, Switch::kAuto) << config;
+    EXPECT_EQ(o.bwd_dv_first, Switch::kAuto) << config;
   }
 }
 
@@ -61,12 +62,13 @@ TEST(FlexOptions, EveryForwardAndBackwardValueRoundTrips) {
 
 TEST(FlexOptions, TheScheduleSwitches) {
   const Options o = parse_options(
-      R"({"bwd_order": "kv_heads_inner", "bwd_split": "all", "bwd_match": "on", "bwd_local": "off", "dq_first": "on"})");
+      R"({"bwd_order": "kv_heads_inner", "bwd_split": "all", "bwd_match": "on", "bwd_local": "off", "dq_first": "on", "bwd_dv_first": "on"})");
   EXPECT_EQ(o.bwd_order, -1);
   EXPECT_EQ(o.bwd_split, Switch::kOn);
   EXPECT_EQ(o.bwd_match, Switch::kOn);
   EXPECT_EQ(o.bwd_local, Switch::kOff);
   EXPECT_EQ(o.dq_first, Switch::kOn);
+  EXPECT_EQ(o.bwd_dv_first, Switch::kOn);
   EXPECT_EQ(parse_options(R"({"bwd_order": "kv_heads_outer"})").bwd_order, 1);
   EXPECT_EQ(parse_options(R"({"bwd_order": "kv_heads_2"})").bwd_order, 2);
   EXPECT_EQ(parse_options(R"({"bwd_order": "kv_heads_4"})").bwd_order, 4);
@@ -83,6 +85,7 @@ TEST(FlexOptions, BadOptionsAreRefusedNamingTheAllowedValues) {
   EXPECT_NE(split.find("off, all"), std::string::npos) << split;
   // A value of the wrong type is refused like an unknown one.
   EXPECT_NE(refusal(R"({"dq_first": true})").find("'dq_first'"), std::string::npos);
+  EXPECT_NE(refusal(R"({"bwd_dv_first": "yes"})").find("'bwd_dv_first'"), std::string::npos);
   // An unknown option names the known ones.
   const std::string unknown = refusal(R"({"fwd": "sm90_k128"})");
   EXPECT_NE(unknown.find("unknown option 'fwd'"), std::string::npos) << unknown;

@@ -168,6 +168,10 @@ int main(int argc, char** argv) {
       ->check(lca::app::finite_number(0.0, 1e6, true));
   model->add_option("--validate", opt.model_validate,
                     "A CP results file: predict each measured multi-GPU cell and print the error");
+  model->add_flag("--breakdown", opt.model_breakdown,
+                  "Split the slowest rank's time: the ideal (one GPU / world), imbalance, tiles (cut tiles and fixed "
+                  "costs beyond the one-GPU mask's), exposed transfers, memory passes; with --validate, beside the "
+                  "measured per-rank kernel and comm ms");
   model->add_option("--json", opt.model_json, "Also write the predictions as JSON to this file");
   model->add_option("--format", opt.format, "table or md")->check(CLI::IsMember({"table", "md"}));
 

@@ -34,6 +34,9 @@ struct ContextStage {
 
   // Group-cast (cast_plan.hpp): stage 0 is the group's own KV, stages 1.. fetched chunks.
   std::vector<CastStage> cast;
+  // Per group-cast stage, the runs of local query rows its call has cells in: a later stage merges
+  // (forward) or adds dQ (backward) only there; on short documents a fetched stage's are few.
+  std::vector<std::vector<lca_token_range>> touched;
 
   void prepare(const Layout& L, const lca_problem& global, const std::vector<lca_slice>& slices,
                ContextMode m, int window, const KernelRef& kernel, const lca_exec& exec,
@@ -56,6 +59,7 @@ struct ContextStage {
         masks.push_back(clip_mask(slices, mine, fetched));
         masks.back().seqlen_k = at;
       }
+      for (const LocalMask& lm : masks) touched.push_back(rows_with_cells(lm));
     } else if (mode == ContextMode::ring) {
       sched = make_schedule(L.cp, L.ctx_idx, window);
       for (int b : sched.block) masks.push_back(clip_mask(slices, mine, L.group_segs[b]));
@@ -250,7 +254,11 @@ struct ContextStage {
                      thd_tensor(const_cast<void*>(s ? vb[s].data() : v), c.dtype, nk, base.heads_kv, D),
                      thd_tensor(out, c.dtype, N, Hq, D), lse_tensor(out_lse, Hq, N)};
       c.kernel.forward(plans[s], a, c.exec);
-      if (have) c.dev.merge(o, c.dtype, lse, o_part.data(), c.dtype, lse_part.as<float>(), N, Hq, D);
+      if (have)
+        for (const lca_token_range& run : touched[s])
+          c.dev.merge(advance(o, c.dtype, run.begin * Hq * D), c.dtype, lse + run.begin,
+                      advance(o_part.data(), c.dtype, run.begin * Hq * D), c.dtype, lse_part.as<float>() + run.begin,
+                      run.end - run.begin, Hq, D, /*lse_ld=*/N);
       have = true;
     }
     if (!have) {  // no cell at all: O = 0, LSE = -inf
@@ -283,7 +291,21 @@ struct ContextStage {
     std::vector<size_t> order;
     for (size_t s = 1; s < S; ++s) order.push_back(s);
     order.push_back(0);
+    // dQ: the first stage with cells converts its part whole into dq and later ones add on their
+    // rows with cells; where that first stage has cells in few rows, zeroing dq and adding only
+    // there moves fewer bytes (4 + f (esz + 8) against esz + 4 an element, f its share of rows).
     bool have_dq = false;
+    for (size_t s : order) {
+      if (plans[s] == nullptr) continue;
+      int64_t rows = 0;
+      for (const lca_token_range& run : touched[s]) rows += run.end - run.begin;
+      const double esz = double(dtype_size(c.dtype));
+      if (N > 0 && double(rows) / double(N) < esz / (esz + 8)) {
+        c.dev.zero(dq, static_cast<size_t>(N * Hq * D) * sizeof(float));
+        have_dq = true;
+      }
+      break;
+    }
     auto T = [&](const void* p, int64_t rows, int64_t heads) {
       return thd_tensor(const_cast<void*>(p), c.dtype, rows, heads, D);
     };
@@ -302,8 +324,15 @@ struct ContextStage {
                        lse_tensor(const_cast<float*>(lse), Hq, N), T(dq_part.data(), N, Hq),
                        T(dk_part.data(), nk, Hkv), T(dv_part.data(), nk, Hkv)};
         c.kernel.backward(plans[s], a, c.exec);
-        c.dev.copy(flat(dq_part.data(), c.dtype, N * Hq * D), flat(dq, LCA_DTYPE_F32, N * Hq * D), 1, 1, N * Hq * D,
-                   /*add=*/have_dq);
+        if (!have_dq) {
+          c.dev.copy(flat(dq_part.data(), c.dtype, N * Hq * D), flat(dq, LCA_DTYPE_F32, N * Hq * D), 1, 1, N * Hq * D);
+        } else {
+          for (const lca_token_range& run : touched[s]) {
+            const int64_t n = (run.end - run.begin) * Hq * D, at = run.begin * Hq * D;
+            c.dev.copy(flat(advance(dq_part.data(), c.dtype, at), c.dtype, n), flat(dq + at, LCA_DTYPE_F32, n), 1, 1, n,
+                       /*add=*/true);
+          }
+        }
         have_dq = true;
         // A fetched stage's partials fill its own buffer whole (copy); the own KV adds into dk/dv.
         const int64_t count = nk * row;

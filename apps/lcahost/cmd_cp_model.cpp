@@ -5,6 +5,7 @@
 
 #include "core/mask/mask_source.hpp"
 #include "core/model/cp_model.hpp"
+#include "core/model/kernel_tiles.hpp"
 #include "core/plugin/registry.hpp"
 
 #include <lca/error.hpp>
@@ -245,6 +246,33 @@ int cmd_cp_model(const Options& opt) {
     }
     RateQuery q{spec.pattern, dtype, P.backward ? "bwd" : "fwd", spec.params, P.heads_q, P.heads_kv, P.head_dim,
                 P.seqlen};
+    if (by_tiles && !opt.model_rate_from.empty()) {
+      // A mask without a record of its own: a tile at the time of --rate-from's record, and the
+      // mask's one-GPU time (what its share is of) its own whole-mask tiles at that time.
+      try {
+        (void)find_rate(su.rate_records, opt.model_rate_kernel, q, rate_files);
+      } catch (const std::runtime_error&) {
+        const core::MaskSpec from = core::MaskSpec::parse(opt.model_rate_from);
+        RateQuery fq = q;
+        fq.mask_label = from.pattern;
+        fq.params = from.params;
+        const nlohmann::json& r = find_rate(su.rate_records, opt.model_rate_kernel, fq, rate_files);
+        *at = r.value("seqlen", int64_t(0));
+        core::model::Problem one = P;
+        one.seqlen = *at;
+        one.slices = slices_of(from, *at, r.value("run_seed", uint64_t(42)));
+        const double from_tflops = r["tflops"].get<double>();
+        const int sms = r.value("run_sms", 0) > 0 ? r.value("run_sms", 0) : su.machine.sms;
+        rate.unit_ms = core::model::calibrate_tiles(one, core::model::mask_flops(one) / (from_tflops * 1e12) * 1e3, sms);
+        const lca_mask whole{sizeof(lca_mask), P.seqlen, P.seqlen, static_cast<int64_t>(P.slices.size()),
+                             P.slices.data(), nullptr, 0, nullptr};
+        const double units = core::model::tile_units(whole, P.backward, P.heads_q, P.heads_kv, sms);
+        if (units <= 0 || rate.unit_ms <= 0)
+          throw std::runtime_error("--rate-from " + opt.model_rate_from + ": no tile to time the mask by");
+        rate.tflops = core::model::mask_flops(P) / (units * rate.unit_ms * 1e-3) / 1e12;
+        return;
+      }
+    }
     const nlohmann::json& r = find_rate(su.rate_records, opt.model_rate_kernel, q, rate_files);
     rate.tflops = r["tflops"].get<double>();
     *at = r.value("seqlen", int64_t(0));

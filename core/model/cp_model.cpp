@@ -488,6 +488,76 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
   }
 }
 
+// Group-cast in one call (balanced's one_call): every rank fetches all its remote segments first,
+// copies its own KV in front of them, and computes everything in one kernel call; backward then
+// sends the fetched rows' dK/dV home (exposed) and adds what came back.
+void groupcast_one_call(Sim& s, const AreaTable& A, const cp::Balance& B) {
+  const Layout& L = s.L;
+  const Problem& P = s.P;
+  const double D = P.head_dim, esz = P.dtype_bytes, row = double(L.hkv_l) * D;
+  const int cp = L.cp;
+  std::vector<cp::CastStage> plans;
+  for (int c = 0; c < cp; ++c) plans.push_back(cp::plan_cast(L, B, 1, c)[1]);
+  std::vector<int64_t> cells(cp, 0);
+  std::vector<double> units(cp, 0.0), keys_rows(cp, 0.0);
+  for (int c = 0; c < cp; ++c) {
+    Segments keys = L.group_segs[c];
+    int64_t at = L.group_rows[c];
+    for (const Segments& segs : plans[c].from_segs)
+      for (const Segment& g : segs) keys.push_back({g.begin, g.end, at}), at += g.size();
+    keys_rows[c] = double(at);
+    cells[c] = A.cells(L.group_segs[c], keys);
+    if (cells[c] > 0) units[c] = s.units(L.group_segs[c], keys, at);
+  }
+  // One lane call a rank, to and from every peer of the cast: KV out and in (e), or back (reverse).
+  auto lane_call = [&](const std::vector<int>& ranks, double e, bool reverse, std::vector<double>* done) {
+    std::vector<std::vector<int>> peers(cp);
+    std::vector<Traffic> traffic(cp);
+    for (int c = 0; c < cp; ++c) {
+      const cp::CastStage& x = plans[c];
+      for (size_t i = 0; i < x.to.size(); ++i) {
+        double n = 0;
+        for (const Segment& g : x.to_segs[i]) n += g.size();
+        peers[c].push_back(ranks[x.to[i]]);
+        s.add(traffic[c], ranks[c], ranks[x.to[i]], reverse ? 0 : 2 * n * row * e, reverse ? 2 * n * row * e : 0);
+      }
+      for (size_t i = 0; i < x.from.size(); ++i) {
+        double n = 0;
+        for (const Segment& g : x.from_segs[i]) n += g.size();
+        peers[c].push_back(ranks[x.from[i]]);
+        s.add(traffic[c], ranks[c], ranks[x.from[i]], reverse ? 2 * n * row * e : 0, reverse ? 0 : 2 * n * row * e);
+      }
+    }
+    s.lane_calls(ranks, peers, traffic, done);
+  };
+  for (int m = 0; m < L.u; ++m) {
+    const std::vector<int> ranks = s.ring_ranks(m);
+    std::vector<double> fetched(L.world, 0.0);
+    lane_call(ranks, esz, false, &fetched);
+    for (int c = 0; c < cp; ++c) {
+      const int r = ranks[c];
+      const double own = double(L.group_rows[c]);
+      s.pass(r, 2 * own * row * esz * 2);  // the own K and V copied in front of the fetched rows
+      s.wait_until(r, fetched[r]);
+      s.kernel(r, cells[c], units[c]);
+      const double q_elems = own * L.hq_l * D;
+      if (cells[c] <= 0) {
+        s.pass(r, P.backward ? (q_elems + 2 * keys_rows[c] * row) * 4 : q_elems * esz);
+      } else if (P.backward) {
+        s.pass(r, (q_elems + 2 * keys_rows[c] * row) * (esz + 4));  // dQ, dK, dV parts into fp32
+      }
+    }
+    if (P.backward) {
+      lane_call(ranks, 4, true, nullptr);
+      for (int c = 0; c < cp; ++c) {
+        s.wait_until(ranks[c], s.lane[ranks[c]]);
+        s.pass(ranks[c], 2 * double(plans[c].served) * row * 12);  // the partials that came home add in
+      }
+    }
+    for (int r : ranks) s.wait_until(r, s.lane[r]);
+  }
+}
+
 void require_finite(double v, double lo, const std::string& what) {
   require(std::isfinite(v) && v > lo, LCA_ERR_INVALID_ARGUMENT,
           what + " must be a finite number above " + std::to_string(lo).substr(0, 3) + ", got " + std::to_string(v));
@@ -574,7 +644,7 @@ Prediction predict(const Problem& P, const std::string& strategy, const nlohmann
       require(o.head_degree >= 1 && world % o.head_degree == 0, LCA_ERR_UNSUPPORTED,
               "the head degree " + std::to_string(o.head_degree) + " does not divide the world size " +
                   std::to_string(world));
-      B = cp::make_balance(P.slices, P.seqlen, world / o.head_degree, o.chunks_per_group);
+      B = cp::make_balance(P.slices, P.seqlen, world / o.head_degree, o.chunks_per_group, o.balance_by);
       for (const auto& chunks : B.chunks) {
         runs.emplace_back();
         for (int c : chunks) runs.back().push_back({B.bounds[c], B.bounds[c + 1]});
@@ -606,6 +676,7 @@ Prediction predict(const Problem& P, const std::string& strategy, const nlohmann
   }
   if (o.mode == cp::ContextMode::ring) ring_stage(s, A, o.window);
   else if (o.mode == cp::ContextMode::allgather) allgather_stage(s, A);
+  else if ((P.backward ? o.one_call_bwd : o.one_call_fwd) && L.cp > 1) groupcast_one_call(s, A, B);
   else groupcast_stage(s, A, B, o.remote_stages);
   // Head exchange out: O and LSE, or dQ, dK, dV (replicated KV heads add up in fp32). Group-cast
   // on a rank alone in its head group writes O in place.

@@ -79,7 +79,7 @@ class EngineStrategy : public ICPStrategy {
         require(opt.head_degree >= 1 && W % opt.head_degree == 0, LCA_ERR_UNSUPPORTED,
                 "the head degree " + std::to_string(opt.head_degree) + " does not divide the world size " +
                     std::to_string(W));
-        balance = make_balance(slices, p.seqlen_q, W / opt.head_degree, opt.chunks_per_group);
+        balance = make_balance(slices, p.seqlen_q, W / opt.head_degree, opt.chunks_per_group, opt.balance_by);
         for (const auto& chunks : balance.chunks) {
           runs.emplace_back();
           for (int c : chunks) runs.back().push_back({balance.bounds[c], balance.bounds[c + 1]});
@@ -93,7 +93,8 @@ class EngineStrategy : public ICPStrategy {
     // Both splits are collective on the world, in the same order everywhere.
     plan->heads = plan->world.split(L.ctx_idx, L.head_idx);
     plan->context = plan->world.split(L.head_idx, L.ctx_idx);
-    plan->stage.prepare(L, p, slices, opt.mode, opt.window, plan->kernel, exec, &balance, opt.remote_stages);
+    plan->stage.prepare(L, p, slices, opt.mode, opt.window, plan->kernel, exec, &balance, opt.remote_stages,
+                        opt.one_call_fwd, opt.one_call_bwd);
     if (opt.mode != ContextMode::allgather && L.cp > 1) plan->lane.open(p.device_type == LCA_DEVICE_CUDA);
     return plan;
   }

@@ -416,8 +416,9 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
     std::vector<size_t> order;
     for (size_t st = P.backward ? 1 : 0; st < stages; ++st) order.push_back(st);
     if (P.backward) order.push_back(0);
+    if (order[0] >= 1) post(order[0], esz, &fetched);
     // Backward: dQ is zeroed first where the first stage with cells has them in few rows (as the
-    // engine chooses); else that stage's part converts whole.
+    // engine chooses, after posting the first fetch); else that stage's part converts whole.
     std::vector<bool> have_dq(cp, false);
     if (P.backward)
       for (int c = 0; c < cp; ++c)
@@ -430,7 +431,6 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
           }
           break;
         }
-    if (order[0] >= 1) post(order[0], esz, &fetched);
     for (size_t i = 0; i < order.size(); ++i) {
       const size_t st = order[i];
       if (st >= 1)

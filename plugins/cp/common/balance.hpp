@@ -97,7 +97,7 @@ inline std::vector<int64_t> chunk_tile_weights(const std::vector<lca_slice>& sli
   std::vector<int64_t> weight(n, 0);
   std::vector<const lca_slice*> sorted;
   for (const lca_slice& s : slices)
-    if (s.q_end > s.q_begin && s.k_end > s.k_begin) sorted.push_back(&s);
+    if (slice_area(s) > 0) sorted.push_back(&s);
   std::sort(sorted.begin(), sorted.end(), [](const lca_slice* a, const lca_slice* b) { return a->q_begin < b->q_begin; });
   auto chunk_of = [&](int64_t t) {
     return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), t) - bounds.begin()) - 1;
@@ -194,6 +194,13 @@ inline std::vector<int> assign_chunks(const std::vector<int64_t>& weight, int gr
   return owner;
 }
 
+// The largest group's summed weight under an assignment of chunks to groups.
+inline int64_t largest_load(const std::vector<int64_t>& weight, const std::vector<int>& owner, int groups) {
+  std::vector<int64_t> load(groups, 0);
+  for (size_t c = 0; c < owner.size(); ++c) load[owner[c]] += weight[c];
+  return *std::max_element(load.begin(), load.end());
+}
+
 // What the dispatch weighs a chunk by: the cells of its rows, or the tiles a tiled kernel computes
 // for them (chunk_tile_weights).
 enum class BalanceBy { cells, tiles };
@@ -210,11 +217,15 @@ inline Balance make_balance(const std::vector<lca_slice>& slices, int64_t S, int
   Balance b;
   b.bounds = even_bounds(S, n);
   b.area = chunk_areas(slices, b.bounds);
-  std::vector<int64_t> weight(n);
-  if (by == BalanceBy::tiles) weight = chunk_tile_weights(slices, b.bounds);
-  else
-    for (int i = 0; i < n; ++i) weight[i] = b.rows_area(i);
-  b.owner = assign_chunks(weight, groups);
+  std::vector<int64_t> cells(n);
+  for (int i = 0; i < n; ++i) cells[i] = b.rows_area(i);
+  b.owner = assign_chunks(cells, groups);
+  if (by == BalanceBy::tiles) {
+    // The split by tiles, unless the split by cells already holds fewer tiles in its largest group.
+    const std::vector<int64_t> tiles = chunk_tile_weights(slices, b.bounds);
+    const std::vector<int> by_tiles = assign_chunks(tiles, groups);
+    if (largest_load(tiles, by_tiles, groups) < largest_load(tiles, b.owner, groups)) b.owner = by_tiles;
+  }
   b.chunks.assign(groups, {});
   for (int c = 0; c < n; ++c) b.chunks[b.owner[c]].push_back(c);
   return b;

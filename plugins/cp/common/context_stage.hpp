@@ -310,9 +310,15 @@ struct ContextStage {
     std::vector<size_t> order;
     for (size_t s = 1; s < S; ++s) order.push_back(s);
     order.push_back(0);
+    auto T = [&](const void* p, int64_t rows, int64_t heads) {
+      return thd_tensor(const_cast<void*>(p), c.dtype, rows, heads, D);
+    };
+    c.lane.side_waits(c.exec.stream);
+    if (S > 1) fetch(c, cast[1], k, v, kb[1].data(), vb[1].data());
     // dQ: the first stage with cells converts its part whole into dq and later ones add on their
     // rows with cells; where that first stage has cells in few rows, zeroing dq and adding only
     // there moves fewer bytes (4 + f (esz + 8) against esz + 4 an element, f its share of rows).
+    // (After the first fetch is posted: the zeroing overlaps it.)
     bool have_dq = false;
     for (size_t s : order) {
       if (plans[s] == nullptr) continue;
@@ -325,11 +331,6 @@ struct ContextStage {
       }
       break;
     }
-    auto T = [&](const void* p, int64_t rows, int64_t heads) {
-      return thd_tensor(const_cast<void*>(p), c.dtype, rows, heads, D);
-    };
-    c.lane.side_waits(c.exec.stream);
-    if (S > 1) fetch(c, cast[1], k, v, kb[1].data(), vb[1].data());
     for (size_t i = 0; i < order.size(); ++i) {
       const size_t s = order[i];
       if (s >= 1) c.lane.main_waits(kBlocks, c.exec.stream);  // stage s's KV has arrived

@@ -47,7 +47,7 @@ if has build; then
 fi
 
 if has test && [ "$(left)" -gt 60 ]; then
-  # balanced's GPU cases (every mask near 1K tokens, three option sets) under NCCL on all GPUs.
+  # balanced's GPU cases (every mask near 1K tokens, five option sets) under NCCL on all GPUs.
   bounded "${mpi[@]}" -np "$np" build-gpu/tests/mpi/cp_gpu/test_cp_gpu --gtest_filter='*Balanced*' > "$work/test-balanced.log" 2>&1 ||
     status=1
   grep -E "OK \]|FAILED|PASSED|Failure" "$work/test-balanced.log" | sort | uniq -c | head -20

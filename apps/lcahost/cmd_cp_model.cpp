@@ -5,6 +5,7 @@
 
 #include "core/mask/mask_source.hpp"
 #include "core/model/cp_model.hpp"
+#include "core/model/kernel_tiles.hpp"
 #include "core/plugin/registry.hpp"
 
 #include <lca/error.hpp>
@@ -151,8 +152,28 @@ nlohmann::json to_json(const Prediction& p) {
             {"share", p.share}, {"flops", p.total_flops},
             {"slowest_rank", {{"rank", p.slowest.rank}, {"kernel_ms", p.slowest.kernel_ms},
                               {"comm_ms", p.slowest.comm_ms}, {"memory_ms", p.slowest.memory_ms},
-                              {"calls", p.slowest.calls}}}});
+                              {"exposed_ms", p.slowest.exposed_ms}, {"calls", p.slowest.calls}}},
+            {"breakdown", {{"ideal_ms", p.breakdown.ideal_ms}, {"imbalance_ms", p.breakdown.imbalance_ms},
+                           {"tiles_ms", p.breakdown.tiles_ms}, {"exposed_ms", p.breakdown.exposed_ms},
+                           {"memory_ms", p.breakdown.memory_ms}, {"mean_total_ms", p.breakdown.mean_total_ms}}}});
   return j;
+}
+
+// The slowest rank's time as ideal + imbalance + tiles + exposed + memory (ms).
+std::string breakdown_text(const Prediction& p) {
+  const auto& b = p.breakdown;
+  char t[256];
+  std::snprintf(t, sizeof t, "%.2f = ideal %.2f + imbalance %.2f + tiles %.2f + exposed %.2f + memory %.2f", p.time_ms,
+                b.ideal_ms, b.imbalance_ms, b.tiles_ms, b.exposed_ms, b.memory_ms);
+  return t;
+}
+
+// min..max over ranks of one of RankTime's fields.
+template <class F>
+std::string rank_range(const Prediction& p, F field) {
+  double lo = 1e300, hi = 0;
+  for (const auto& r : p.ranks) lo = std::min(lo, field(r)), hi = std::max(hi, field(r));
+  return fmt("%.2f", lo) + ".." + fmt("%.2f", hi);
 }
 
 struct Setup {
@@ -225,6 +246,33 @@ int cmd_cp_model(const Options& opt) {
     }
     RateQuery q{spec.pattern, dtype, P.backward ? "bwd" : "fwd", spec.params, P.heads_q, P.heads_kv, P.head_dim,
                 P.seqlen};
+    if (by_tiles && !opt.model_rate_from.empty()) {
+      // A mask without a record of its own: a tile at the time of --rate-from's record, and the
+      // mask's one-GPU time (what its share is of) its own whole-mask tiles at that time.
+      try {
+        (void)find_rate(su.rate_records, opt.model_rate_kernel, q, rate_files);
+      } catch (const std::runtime_error&) {
+        const core::MaskSpec from = core::MaskSpec::parse(opt.model_rate_from);
+        RateQuery fq = q;
+        fq.mask_label = from.pattern;
+        fq.params = from.params;
+        const nlohmann::json& r = find_rate(su.rate_records, opt.model_rate_kernel, fq, rate_files);
+        *at = r.value("seqlen", int64_t(0));
+        core::model::Problem one = P;
+        one.seqlen = *at;
+        one.slices = slices_of(from, *at, r.value("run_seed", uint64_t(42)));
+        const double from_tflops = r["tflops"].get<double>();
+        const int sms = r.value("run_sms", 0) > 0 ? r.value("run_sms", 0) : su.machine.sms;
+        rate.unit_ms = core::model::calibrate_tiles(one, core::model::mask_flops(one) / (from_tflops * 1e12) * 1e3, sms);
+        const lca_mask whole{sizeof(lca_mask), P.seqlen, P.seqlen, static_cast<int64_t>(P.slices.size()),
+                             P.slices.data(), nullptr, 0, nullptr};
+        const double units = core::model::tile_units(whole, P.backward, P.heads_q, P.heads_kv, sms);
+        if (units <= 0 || rate.unit_ms <= 0)
+          throw std::runtime_error("--rate-from " + opt.model_rate_from + ": no tile to time the mask by");
+        rate.tflops = core::model::mask_flops(P) / (units * rate.unit_ms * 1e-3) / 1e12;
+        return;
+      }
+    }
     const nlohmann::json& r = find_rate(su.rate_records, opt.model_rate_kernel, q, rate_files);
     rate.tflops = r["tflops"].get<double>();
     *at = r.value("seqlen", int64_t(0));
@@ -263,6 +311,9 @@ int cmd_cp_model(const Options& opt) {
       if (W < 2) continue;
       const std::string kernel = r.value("kernel", "");
       const std::string strategy = kernel.substr(0, kernel.find('/'));
+      if (!opt.model_strategies.empty() &&
+          std::find(opt.model_strategies.begin(), opt.model_strategies.end(), strategy) == opt.model_strategies.end())
+        continue;
       core::MaskSpec spec{r.value("mask", ""), r.value("mask_params", nlohmann::json::object())};
       core::model::Problem P;
       P.seqlen = r.value("seqlen", int64_t(0));
@@ -308,6 +359,18 @@ int cmd_cp_model(const Options& opt) {
                   show_tiles ? fmt("%.1f", pt.tflops_per_gpu).c_str() : "",
                   show_tiles ? fmt("%+.1f%%", 100 * et).c_str() : "", kernel_measured, kernel_model,
                   p.slowest.comm_ms, p.slowest.memory_ms);
+      if (opt.model_breakdown) {
+        auto range = [&](const char* key) {
+          const auto& c = r["cp_ranks"];
+          return c.contains(key) ? fmt("%.2f", c[key].value("min", 0.0)) + ".." + fmt("%.2f", c[key].value("max", 0.0))
+                                 : std::string("-");
+        };
+        std::printf("    model ms %s; ranks model/measured: time %s / %s, kernel %s / %s, comm %s / %s\n",
+                    breakdown_text(p).c_str(), rank_range(p, [](const auto& x) { return x.total_ms; }).c_str(),
+                    range("time_ms").c_str(), rank_range(p, [](const auto& x) { return x.kernel_ms; }).c_str(),
+                    range("compute_ms").c_str(), rank_range(p, [](const auto& x) { return x.comm_ms; }).c_str(),
+                    range("comm_ms").c_str());
+      }
     }
     if (area.n == 0)
       throw std::runtime_error("--validate " + opt.model_validate +
@@ -398,12 +461,13 @@ int cmd_cp_model(const Options& opt) {
           }
           const std::string split = fmt("%.1f", p.slowest.kernel_ms) + " / " + fmt("%.1f", p.slowest.comm_ms) +
                                     " / " + fmt("%.1f", p.slowest.memory_ms);
+          const std::string more = opt.model_breakdown ? "; " + breakdown_text(p) : "";
           if (opt.format == "md")
-            std::printf("| %s | %d | %s | %.0f | %.2f | %.1f | %s |\n", st.c_str(), W, shape.c_str(),
-                        p.tflops_per_gpu, p.share, p.time_ms, split.c_str());
+            std::printf("| %s | %d | %s | %.0f | %.2f | %.1f | %s%s |\n", st.c_str(), W, shape.c_str(),
+                        p.tflops_per_gpu, p.share, p.time_ms, split.c_str(), more.c_str());
           else
-            std::printf("%-15s %5d %8s %13.0f %6.2f %10.1f   %s\n", st.c_str(), W, shape.c_str(), p.tflops_per_gpu,
-                        p.share, p.time_ms, split.c_str());
+            std::printf("%-15s %5d %8s %13.0f %6.2f %10.1f   %s%s\n", st.c_str(), W, shape.c_str(), p.tflops_per_gpu,
+                        p.share, p.time_ms, split.c_str(), more.c_str());
         }
       }
     }

@@ -62,6 +62,8 @@ struct Options {
   std::vector<std::string> model_rates;
   std::string model_probe, model_rate_kernel = "flex_flash", model_validate, model_json;
   double model_rate = 0, model_call_us = 0;
+  bool model_breakdown = false;  // where the slowest rank's time goes (ideal, imbalance, tiles, exposed, memory)
+  std::string model_rate_from;  // a mask whose one-GPU record times a tile where a mask has none
   std::string model_kernel_time = "tiles";  // how a local call is timed: tiles or area
   double model_intra_GBps = 0, model_inter_GBps = 0, model_intra_us = -1, model_inter_us = -1, model_hbm_GBps = 0;
   // list / caps

@@ -145,6 +145,9 @@ int main(int argc, char** argv) {
                     "Single-GPU results (JSON Lines, repeatable): the local kernel's TFLOP/s for the mask, shape and "
                     "pass at the total length or the nearest");
   model->add_option("--rate-kernel", opt.model_rate_kernel, "The kernel whose rate --rates gives (default flex_flash)");
+  model->add_option("--rate-from", opt.model_rate_from,
+                    "A mask (e.g. causal_document:dist=chatqa) whose --rates record times a tile for masks that have "
+                    "none; such a mask's one-GPU time is then its own tiles at that time (--kernel-time tiles)");
   model->add_option("--rate", opt.model_rate, "The local kernel's TFLOP/s instead of --rates")
       ->check(lca::app::finite_number(0.0, 1e6, true));
   model->add_option("--kernel-time", opt.model_kernel_time,
@@ -168,6 +171,10 @@ int main(int argc, char** argv) {
       ->check(lca::app::finite_number(0.0, 1e6, true));
   model->add_option("--validate", opt.model_validate,
                     "A CP results file: predict each measured multi-GPU cell and print the error");
+  model->add_flag("--breakdown", opt.model_breakdown,
+                  "Split the slowest rank's time: the ideal (one GPU / world), imbalance, tiles (cut tiles and fixed "
+                  "costs beyond the one-GPU mask's), exposed transfers, memory passes; with --validate, beside the "
+                  "measured per-rank kernel and comm ms");
   model->add_option("--json", opt.model_json, "Also write the predictions as JSON to this file");
   model->add_option("--format", opt.format, "table or md")->check(CLI::IsMember({"table", "md"}));
 

@@ -110,6 +110,12 @@ struct Sim {
       ms = std::max(ms, links[c]->ms(std::max(x.send[c], x.recv[c]), std::max(x.to[c], x.from[c])));
     return ms;
   }
+  // The exec stream idles until `when` (a transfer's arrival, a collective's end).
+  void wait_until(int r, double when) {
+    if (when <= exec[r]) return;
+    t[r].exposed_ms += when - exec[r];
+    exec[r] = when;
+  }
   double memory_ms(double bytes) const { return bytes / (M.hbm_GBps * 1e9) * 1e3; }
   void pass(int r, double bytes) {
     const double ms = memory_ms(bytes);
@@ -142,6 +148,7 @@ struct Sim {
     const double ms = (R.unit_ms > 0 ? units * R.unit_ms : f / (R.tflops * 1e12) * 1e3) + R.call_us * 1e-3;
     exec[r] += ms;
     t[r].kernel_ms += ms;
+    t[r].area_ms += f / (R.tflops * 1e12) * 1e3;
     t[r].flops += f;
     t[r].calls += 1;
   }
@@ -154,7 +161,7 @@ struct Sim {
       len = std::max(len, transfer_ms(traffic[i]));
     }
     for (size_t i = 0; i < members.size(); ++i) {
-      exec[members[i]] = start + len;
+      wait_until(members[i], start + len);
       t[members[i]].comm_ms += len;
     }
   }
@@ -256,12 +263,12 @@ void ring_stage(Sim& s, const AreaTable& A, int window) {
         if (!P.backward) {
           s.pass(r, rows * q_elems_row * (esz + 8));  // the LSE merge into the fp32 output
         } else {
-          s.exec[r] = std::max(s.exec[r], grad_done[r]);  // this block's dK/dV accumulator arrived
+          s.wait_until(r, grad_done[r]);  // this block's dK/dV accumulator arrived
           s.pass(r, rows * q_elems_row * (esz + 8) + 2 * k_rows * L.hkv_l * D * (esz + 8));
         }
       }
       for (int c = 0; c < cp; ++c)
-        if (t + 1 < cp) s.exec[ranks[c]] = std::max(s.exec[ranks[c]], s.lane[ranks[c]]);
+        if (t + 1 < cp) s.wait_until(ranks[c], s.lane[ranks[c]]);
       if (P.backward && t + 1 < cp) {  // the gradient travels one step behind its block
         std::vector<std::vector<int>> peers(cp);
         std::vector<Traffic> traffic(cp);
@@ -291,7 +298,7 @@ void ring_stage(Sim& s, const AreaTable& A, int window) {
       traffic.resize(movers.size());
       s.lane_calls(movers, peers, traffic, nullptr);
     }
-    for (int r : ranks) s.exec[r] = std::max(s.exec[r], s.lane[r]);
+    for (int r : ranks) s.wait_until(r, s.lane[r]);
   }
 }
 
@@ -363,6 +370,8 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
   std::vector<std::vector<Segments>> keys(cp, std::vector<Segments>(stages));
   std::vector<std::vector<int64_t>> cells(cp, std::vector<int64_t>(stages, 0));
   std::vector<std::vector<double>> units(cp, std::vector<double>(stages, 0.0));
+  // The rows each call has cells in: where a later stage merges (forward) or adds dQ (backward).
+  std::vector<std::vector<double>> touched(cp, std::vector<double>(stages, 0.0));
   for (int c = 0; c < cp; ++c)
     for (size_t st = 0; st < stages; ++st) {
       int64_t at = 0;
@@ -372,6 +381,9 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
           for (const Segment& g : segs) keys[c][st].push_back({g.begin, g.end, at}), at += g.size();
       cells[c][st] = A.cells(L.group_segs[c], keys[c][st]);
       if (cells[c][st] > 0) units[c][st] = s.units(L.group_segs[c], keys[c][st], at);
+      if (cells[c][st] > 0)
+        for (const lca_token_range& run : cp::rows_with_cells(cp::clip_mask(P.slices, L.group_segs[c], keys[c][st])))
+          touched[c][st] += double(run.end - run.begin);
     }
   for (int m = 0; m < L.u; ++m) {
     const std::vector<int> ranks = s.ring_ranks(m);
@@ -405,10 +417,24 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
     for (size_t st = P.backward ? 1 : 0; st < stages; ++st) order.push_back(st);
     if (P.backward) order.push_back(0);
     if (order[0] >= 1) post(order[0], esz, &fetched);
+    // Backward: dQ is zeroed first where the first stage with cells has them in few rows (as the
+    // engine chooses, after posting the first fetch); else that stage's part converts whole.
+    std::vector<bool> have_dq(cp, false);
+    if (P.backward)
+      for (int c = 0; c < cp; ++c)
+        for (size_t st : order) {
+          if (cells[c][st] <= 0) continue;
+          const double rows = double(L.group_rows[c]);
+          if (rows > 0 && touched[c][st] / rows < esz / (esz + 8)) {
+            have_dq[c] = true;
+            s.pass(ranks[c], rows * L.hq_l * D * 4);
+          }
+          break;
+        }
     for (size_t i = 0; i < order.size(); ++i) {
       const size_t st = order[i];
       if (st >= 1)
-        for (int r : ranks) s.exec[r] = std::max(s.exec[r], fetched[r]);
+        for (int r : ranks) s.wait_until(r, fetched[r]);
       if (i + 1 < order.size() && order[i + 1] >= 1) post(order[i + 1], esz, &fetched);
       for (int c = 0; c < cp; ++c) {
         const int r = ranks[c];
@@ -416,14 +442,17 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
         if (cells[c][st] <= 0) continue;
         double k_rows = 0;
         for (const Segment& g : keys[c][st]) k_rows += g.size();
-        const double q_elems = double(L.group_rows[c]) * L.hq_l * D;
+        const double q_elems = double(L.group_rows[c]) * L.hq_l * D, touched_elems = touched[c][st] * L.hq_l * D;
         if (!P.backward) {
-          // Later stages merge their part into O in the problem dtype: read both, write O.
-          if (have[c]) s.pass(r, q_elems * 3 * esz);
+          // Later stages merge their part into O in the problem dtype on their rows with cells:
+          // read both, write O.
+          if (have[c]) s.pass(r, touched_elems * 3 * esz);
         } else {
-          // dQ's part converts into fp32 (adds after the first); dK/dV's parts fill the stage's
-          // fp32 accumulator (the own stage adds into dK/dV).
-          s.pass(r, q_elems * (esz + 4 + (have[c] ? 4 : 0)) + 2 * k_rows * row * (esz + 4 + (st == 0 ? 4 : 0)));
+          // dQ's part converts into fp32 whole (the first) or adds on its rows with cells; dK/dV's
+          // parts fill the stage's fp32 accumulator (the own stage adds into dK/dV).
+          s.pass(r, (have_dq[c] ? touched_elems * (esz + 8) : q_elems * (esz + 4)) +
+                        2 * k_rows * row * (esz + 4 + (st == 0 ? 4 : 0)));
+          have_dq[c] = true;
         }
         have[c] = true;
       }
@@ -449,13 +478,83 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
         s.lane_calls(ranks, peers, traffic, nullptr);
       }
     }
-    for (int r : ranks) s.exec[r] = std::max(s.exec[r], s.lane[r]);
+    for (int r : ranks) s.wait_until(r, s.lane[r]);
     if (P.backward)  // the served rows' partials that came home add into dK and dV
       for (int c = 0; c < cp; ++c) {
         double served = 0;
         for (size_t st = 1; st < stages; ++st) served += double(plans[c][st].served);
         s.pass(ranks[c], 2 * served * row * 12);
       }
+  }
+}
+
+// Group-cast in one call (balanced's one_call): every rank fetches all its remote segments first,
+// copies its own KV in front of them, and computes everything in one kernel call; backward then
+// sends the fetched rows' dK/dV home (exposed) and adds what came back.
+void groupcast_one_call(Sim& s, const AreaTable& A, const cp::Balance& B) {
+  const Layout& L = s.L;
+  const Problem& P = s.P;
+  const double D = P.head_dim, esz = P.dtype_bytes, row = double(L.hkv_l) * D;
+  const int cp = L.cp;
+  std::vector<cp::CastStage> plans;
+  for (int c = 0; c < cp; ++c) plans.push_back(cp::plan_cast(L, B, 1, c)[1]);
+  std::vector<int64_t> cells(cp, 0);
+  std::vector<double> units(cp, 0.0), keys_rows(cp, 0.0);
+  for (int c = 0; c < cp; ++c) {
+    Segments keys = L.group_segs[c];
+    int64_t at = L.group_rows[c];
+    for (const Segments& segs : plans[c].from_segs)
+      for (const Segment& g : segs) keys.push_back({g.begin, g.end, at}), at += g.size();
+    keys_rows[c] = double(at);
+    cells[c] = A.cells(L.group_segs[c], keys);
+    if (cells[c] > 0) units[c] = s.units(L.group_segs[c], keys, at);
+  }
+  // One lane call a rank, to and from every peer of the cast: KV out and in (e), or back (reverse).
+  auto lane_call = [&](const std::vector<int>& ranks, double e, bool reverse, std::vector<double>* done) {
+    std::vector<std::vector<int>> peers(cp);
+    std::vector<Traffic> traffic(cp);
+    for (int c = 0; c < cp; ++c) {
+      const cp::CastStage& x = plans[c];
+      for (size_t i = 0; i < x.to.size(); ++i) {
+        double n = 0;
+        for (const Segment& g : x.to_segs[i]) n += g.size();
+        peers[c].push_back(ranks[x.to[i]]);
+        s.add(traffic[c], ranks[c], ranks[x.to[i]], reverse ? 0 : 2 * n * row * e, reverse ? 2 * n * row * e : 0);
+      }
+      for (size_t i = 0; i < x.from.size(); ++i) {
+        double n = 0;
+        for (const Segment& g : x.from_segs[i]) n += g.size();
+        peers[c].push_back(ranks[x.from[i]]);
+        s.add(traffic[c], ranks[c], ranks[x.from[i]], reverse ? 2 * n * row * e : 0, reverse ? 0 : 2 * n * row * e);
+      }
+    }
+    s.lane_calls(ranks, peers, traffic, done);
+  };
+  for (int m = 0; m < L.u; ++m) {
+    const std::vector<int> ranks = s.ring_ranks(m);
+    std::vector<double> fetched(L.world, 0.0);
+    lane_call(ranks, esz, false, &fetched);
+    for (int c = 0; c < cp; ++c) {
+      const int r = ranks[c];
+      const double own = double(L.group_rows[c]);
+      s.pass(r, 2 * own * row * esz * 2);  // the own K and V copied in front of the fetched rows
+      s.wait_until(r, fetched[r]);
+      s.kernel(r, cells[c], units[c]);
+      const double q_elems = own * L.hq_l * D;
+      if (cells[c] <= 0) {
+        s.pass(r, P.backward ? (q_elems + 2 * keys_rows[c] * row) * 4 : q_elems * esz);
+      } else if (P.backward) {
+        s.pass(r, (q_elems + 2 * keys_rows[c] * row) * (esz + 4));  // dQ, dK, dV parts into fp32
+      }
+    }
+    if (P.backward) {
+      lane_call(ranks, 4, true, nullptr);
+      for (int c = 0; c < cp; ++c) {
+        s.wait_until(ranks[c], s.lane[ranks[c]]);
+        s.pass(ranks[c], 2 * double(plans[c].served) * row * 12);  // the partials that came home add in
+      }
+    }
+    for (int r : ranks) s.wait_until(r, s.lane[r]);
   }
 }
 
@@ -545,7 +644,7 @@ Prediction predict(const Problem& P, const std::string& strategy, const nlohmann
       require(o.head_degree >= 1 && world % o.head_degree == 0, LCA_ERR_UNSUPPORTED,
               "the head degree " + std::to_string(o.head_degree) + " does not divide the world size " +
                   std::to_string(world));
-      B = cp::make_balance(P.slices, P.seqlen, world / o.head_degree, o.chunks_per_group);
+      B = cp::make_balance(P.slices, P.seqlen, world / o.head_degree, o.chunks_per_group, o.balance_by);
       for (const auto& chunks : B.chunks) {
         runs.emplace_back();
         for (int c : chunks) runs.back().push_back({B.bounds[c], B.bounds[c + 1]});
@@ -577,19 +676,31 @@ Prediction predict(const Problem& P, const std::string& strategy, const nlohmann
   }
   if (o.mode == cp::ContextMode::ring) ring_stage(s, A, o.window);
   else if (o.mode == cp::ContextMode::allgather) allgather_stage(s, A);
+  else if ((P.backward ? o.one_call_bwd : o.one_call_fwd) && L.cp > 1) groupcast_one_call(s, A, B);
   else groupcast_stage(s, A, B, o.remote_stages);
-  // Head exchange out: O and LSE, or dQ, dK, dV (replicated KV heads add up in fp32).
-  head_exchange(s, L.hq_l, esz, true);
+  // Head exchange out: O and LSE, or dQ, dK, dV (replicated KV heads add up in fp32). Group-cast
+  // on a rank alone in its head group writes O in place.
+  if (P.backward || !(o.mode == cp::ContextMode::groupcast && L.u == 1)) head_exchange(s, L.hq_l, esz, true);
   if (!P.backward) {
     head_exchange(s, L.hq_l, 4.0 / P.head_dim, true);
   } else {
     head_exchange(s, L.hkv_l, shard_kv ? esz : 4.0, true);
     head_exchange(s, L.hkv_l, shard_kv ? esz : 4.0, true);
   }
-  for (int r = 0; r < world; ++r) s.t[r].total_ms = std::max(s.exec[r], s.lane[r]);
+  for (int r = 0; r < world; ++r) {
+    s.wait_until(r, s.lane[r]);
+    s.t[r].total_ms = s.exec[r];
+  }
   out.ranks = s.t;
   out.slowest = *std::max_element(out.ranks.begin(), out.ranks.end(),
                                   [](const RankTime& a, const RankTime& b) { return a.total_ms < b.total_ms; });
+  Breakdown& b = out.breakdown;
+  b.ideal_ms = out.total_flops / world / (R.tflops * 1e12) * 1e3;
+  for (const RankTime& x : out.ranks) b.mean_total_ms += x.total_ms / world;
+  b.imbalance_ms = out.slowest.area_ms - b.ideal_ms;
+  b.tiles_ms = out.slowest.kernel_ms - out.slowest.area_ms;
+  b.exposed_ms = out.slowest.exposed_ms;
+  b.memory_ms = out.slowest.memory_ms;
   out.time_ms = out.slowest.total_ms;
   out.tflops_per_gpu = out.time_ms > 0 ? out.total_flops / world / (out.time_ms * 1e-3) / 1e12 : 0.0;
   out.share = out.tflops_per_gpu / R.tflops;

@@ -69,14 +69,29 @@ struct Problem {
   bool backward = false;
 };
 
+// A rank's time, and its exec stream's parts: total_ms = kernel_ms + memory_ms + exposed_ms.
 struct RankTime {
   int rank = 0;
-  double total_ms = 0;   // until the rank's last work ends
-  double kernel_ms = 0;  // local kernel calls
-  double comm_ms = 0;    // transfers (overlapped or not)
-  double memory_ms = 0;  // the engine's memory-bound passes
-  double flops = 0;      // of the local kernel calls
+  double total_ms = 0;    // until the rank's last work ends
+  double kernel_ms = 0;   // local kernel calls
+  double area_ms = 0;     // the same calls' FLOPs at the one-GPU rate (KernelRate::tflops)
+  double comm_ms = 0;     // transfers (overlapped or not)
+  double exposed_ms = 0;  // the exec stream waiting: for a transfer, a collective or a slower peer
+  double memory_ms = 0;   // the engine's memory-bound passes
+  double flops = 0;       // of the local kernel calls
   int calls = 0;
+};
+
+// Where the slowest rank's time goes beyond the ideal (the one-GPU time / world), additive:
+// slowest total = ideal + imbalance + tiles + exposed + memory.
+struct Breakdown {
+  double ideal_ms = 0;      // total FLOPs / world at the one-GPU rate: the mean rank's area_ms
+  double imbalance_ms = 0;  // the slowest rank's area_ms - the mean rank's
+  double tiles_ms = 0;      // the slowest rank's kernel_ms - area_ms: tiles cut by chunk and document
+                            // boundaries, fixed costs a row tile and a call, waves, beyond the one-GPU mask's
+  double exposed_ms = 0;    // the slowest rank's transfer time not hidden under its own work
+  double memory_ms = 0;     // the slowest rank's merges, copies, fills
+  double mean_total_ms = 0;  // over ranks: slowest total - this is the spread of whole-rank times
 };
 
 struct Prediction {
@@ -91,6 +106,7 @@ struct Prediction {
   double share = 0;           // of the local kernel's rate
   RankTime slowest;
   std::vector<RankTime> ranks;
+  Breakdown breakdown;
 };
 
 // Throws lca::Error (LCA_ERR_INVALID_ARGUMENT) for bad numbers and unknown strategies; a strategy

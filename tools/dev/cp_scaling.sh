@@ -4,7 +4,10 @@
 # (cp-gpu-quick, checked), time cp-balance on all GPUs beside its one-GPU baseline at the whole
 # length, probe the communicator, and repeat a subset with NCCL kept off NVLink and shared
 # memory (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) for the scaling model's validation.
-# Usage: tools/dev/cp_scaling.sh [PHASES]  (default "build test quick balance probe offlink")
+# Usage: tools/dev/cp_scaling.sh [PHASES]  (default "build test quick balance probe offlink"; also
+#   "options": balanced with its defaults against each of BALANCED_OPTIONS, one JSON object each
+#   separated by spaces (default '{"one_call":"bwd"}' '{"balance_by":"tiles"}'), on cp-balance's
+#   document masks (BALANCE_MASKS narrows them), TFLOP/s side by side)
 #   NP (default: every GPU), DEADLINE (seconds, default 560): a phase starts only while time is left;
 #   BALANCE_MASKS narrows cp-balance (default all), OFFLINK_MASKS the off-NVLink subset; SKIP_NP1=1
 #   skips the one-GPU baseline (when one from the same kind of machine is at hand); LCAHOST_ARGS
@@ -44,7 +47,7 @@ if has build; then
 fi
 
 if has test && [ "$(left)" -gt 60 ]; then
-  # balanced's GPU cases (every mask near 1K tokens, three option sets) under NCCL on all GPUs.
+  # balanced's GPU cases (every mask near 1K tokens, five option sets) under NCCL on all GPUs.
   bounded "${mpi[@]}" -np "$np" build-gpu/tests/mpi/cp_gpu/test_cp_gpu --gtest_filter='*Balanced*' > "$work/test-balanced.log" 2>&1 ||
     status=1
   grep -E "OK \]|FAILED|PASSED|Failure" "$work/test-balanced.log" | sort | uniq -c | head -20
@@ -76,6 +79,40 @@ if has balance && [ "$(left)" -gt 90 ]; then
   grep -E "^# summary|FAIL|ERROR" "$work/balance-np$np.log" | head
   stamp "cp-balance np $np"
   pack
+fi
+
+if has options && [ "$(left)" -gt 90 ]; then
+  dm=${BALANCE_MASKS:-$(python3 -c "import json; print(','.join(m for m in json.load(open('manifests/matrices/cp-balance.json'))['masks'] if m not in ('full', 'causal')))")}
+  opts=("{}")
+  if [ -n "${BALANCED_OPTIONS:-}" ]; then read -r -a more <<< "$BALANCED_OPTIONS"; else more=('{"one_call":"bwd"}' '{"balance_by":"tiles"}'); fi
+  opts+=("${more[@]}")
+  files=()
+  for i in "${!opts[@]}"; do
+    [ "$(left)" -gt 60 ] || break
+    f="$work/cp-balance-np$np-balanced-$i.jsonl"
+    bounded "${mpi[@]}" -np "$np" "${host[@]}" --cp balanced --cp-options "${opts[$i]}" --cp-kernel flex_flash \
+      --matrix cp-balance --masks "$dm" ${LCAHOST_ARGS:-} --out "$f" --force > "$work/options-$i.log" 2>&1 || status=1
+    grep -E "^# summary|FAIL|ERROR" "$work/options-$i.log" | head -5
+    files+=("$f")
+    stamp "balanced ${opts[$i]} np $np"
+    pack
+  done
+  python3 - "${files[@]}" <<'PY'
+import json, sys
+runs = []
+for f in sys.argv[1:]:
+    opts, cells = "{}", {}
+    for line in open(f):
+        r = json.loads(line)
+        if r.get("type") == "run":
+            opts = json.dumps(r.get("cp", {}).get("options", {}))
+        elif r.get("type") == "cell" and r.get("status") == "ok":
+            cells[(r["mask_label"], f"{r['heads_q']}:{r['heads_kv']}", r["pass"])] = r["tflops"]
+    runs.append((opts, cells))
+print("| mask | heads | pass | " + " | ".join(o for o, _ in runs) + " |")
+for k in sorted(runs[0][1]):
+    print(f"| {k[0]} | {k[1]} | {k[2]} | " + " | ".join(f"{c[k]:.0f}" if k in c else "-" for _, c in runs) + " |")
+PY
 fi
 
 if has probe && [ "$(left)" -gt 40 ]; then

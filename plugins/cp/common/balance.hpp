@@ -84,6 +84,69 @@ inline std::vector<int64_t> chunk_areas(const std::vector<lca_slice>& slices, co
   return area;
 }
 
+// What a tiled kernel computes of each chunk's rows: its (tile_rows x tile_cols) tiles that hold a
+// cell, tiles aligned to each chunk's start (a rank's buffers put its chunks one after another),
+// plus `row_tile_cost` tiles' worth for every row tile that has any (its fixed cost: loading its
+// queries, the first and last steps). Short documents fill tiles in part and cost whole tiles, which
+// the cell count does not see. A row tile's columns are taken as the hull of each slice's band over
+// its rows (exact for the band slices masks are made of).
+inline std::vector<int64_t> chunk_tile_weights(const std::vector<lca_slice>& slices,
+                                               const std::vector<int64_t>& bounds, int64_t tile_rows = 128,
+                                               int64_t tile_cols = 64, int64_t row_tile_cost = 2) {
+  const int n = static_cast<int>(bounds.size()) - 1;
+  std::vector<int64_t> weight(n, 0);
+  std::vector<const lca_slice*> sorted;
+  for (const lca_slice& s : slices)
+    if (slice_area(s) > 0) sorted.push_back(&s);
+  std::sort(sorted.begin(), sorted.end(), [](const lca_slice* a, const lca_slice* b) { return a->q_begin < b->q_begin; });
+  auto chunk_of = [&](int64_t t) {
+    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), t) - bounds.begin()) - 1;
+  };
+  std::vector<const lca_slice*> active;
+  struct Cols {
+    int j;
+    int64_t first, last;  // column tiles [first, last) of chunk j
+  };
+  std::vector<Cols> cols;
+  size_t next = 0;
+  for (int i = 0; i < n; ++i)
+    for (int64_t a = bounds[i]; a < bounds[i + 1]; a += tile_rows) {
+      const int64_t b = std::min(a + tile_rows, bounds[i + 1]);
+      while (next < sorted.size() && sorted[next]->q_begin < b) active.push_back(sorted[next++]);
+      active.erase(std::remove_if(active.begin(), active.end(), [&](const lca_slice* s) { return s->q_end <= a; }),
+                   active.end());
+      cols.clear();
+      for (const lca_slice* s : active) {
+        if (s->q_begin >= b) continue;
+        int64_t lo, hi;
+        slice_band(*s, &lo, &hi);
+        const int64_t qa = std::max(a, s->q_begin), qb = std::min(b, s->q_end);
+        const int64_t ka = std::max(s->k_begin, lo == -kUnbounded ? s->k_begin : qa + lo);
+        const int64_t kb = std::min(s->k_end, hi == kUnbounded ? s->k_end : qb - 1 + hi + 1);
+        if (ka >= kb) continue;
+        for (int j = chunk_of(ka); j < n && bounds[j] < kb; ++j) {
+          const int64_t x = std::max(ka, bounds[j]) - bounds[j], y = std::min(kb, bounds[j + 1]) - bounds[j];
+          cols.push_back({j, x / tile_cols, (y + tile_cols - 1) / tile_cols});
+        }
+      }
+      if (cols.empty()) continue;
+      std::sort(cols.begin(), cols.end(),
+                [](const Cols& x, const Cols& y) { return x.j != y.j ? x.j < y.j : x.first < y.first; });
+      int64_t tiles = 0;
+      for (size_t c = 0; c < cols.size();) {  // the union of each chunk's column tile runs
+        const int j = cols[c].j;
+        int64_t first = cols[c].first, last = cols[c].last;
+        for (++c; c < cols.size() && cols[c].j == j; ++c) {
+          if (cols[c].first > last) tiles += last - first, first = cols[c].first;
+          last = std::max(last, cols[c].last);
+        }
+        tiles += last - first;
+      }
+      if (tiles > 0) weight[i] += tiles + row_tile_cost;
+    }
+  return weight;
+}
+
 // Chunks to `groups` groups of equal counts (n % groups of them hold one more), minimising the
 // largest group's area: greedy largest-first into the lightest group with room, then pairwise
 // swaps that lower the heaviest group while they help.
@@ -131,8 +194,20 @@ inline std::vector<int> assign_chunks(const std::vector<int64_t>& weight, int gr
   return owner;
 }
 
+// The largest group's summed weight under an assignment of chunks to groups.
+inline int64_t largest_load(const std::vector<int64_t>& weight, const std::vector<int>& owner, int groups) {
+  std::vector<int64_t> load(groups, 0);
+  for (size_t c = 0; c < owner.size(); ++c) load[owner[c]] += weight[c];
+  return *std::max_element(load.begin(), load.end());
+}
+
+// What the dispatch weighs a chunk by: the cells of its rows, or the tiles a tiled kernel computes
+// for them (chunk_tile_weights).
+enum class BalanceBy { cells, tiles };
+
 // The balanced split of a mask over `groups` context groups, chunks_per_group chunks each.
-inline Balance make_balance(const std::vector<lca_slice>& slices, int64_t S, int groups, int chunks_per_group) {
+inline Balance make_balance(const std::vector<lca_slice>& slices, int64_t S, int groups, int chunks_per_group,
+                            BalanceBy by = BalanceBy::cells) {
   require(groups >= 1 && chunks_per_group >= 1, LCA_ERR_INVALID_ARGUMENT,
           "balanced: chunks_per_rank must be >= 1, got " + std::to_string(chunks_per_group));
   require(S >= groups, LCA_ERR_UNSUPPORTED,
@@ -142,9 +217,15 @@ inline Balance make_balance(const std::vector<lca_slice>& slices, int64_t S, int
   Balance b;
   b.bounds = even_bounds(S, n);
   b.area = chunk_areas(slices, b.bounds);
-  std::vector<int64_t> weight(n);
-  for (int i = 0; i < n; ++i) weight[i] = b.rows_area(i);
-  b.owner = assign_chunks(weight, groups);
+  std::vector<int64_t> cells(n);
+  for (int i = 0; i < n; ++i) cells[i] = b.rows_area(i);
+  b.owner = assign_chunks(cells, groups);
+  if (by == BalanceBy::tiles) {
+    // The split by tiles, unless the split by cells already holds fewer tiles in its largest group.
+    const std::vector<int64_t> tiles = chunk_tile_weights(slices, b.bounds);
+    const std::vector<int> by_tiles = assign_chunks(tiles, groups);
+    if (largest_load(tiles, by_tiles, groups) < largest_load(tiles, b.owner, groups)) b.owner = by_tiles;
+  }
   b.chunks.assign(groups, {});
   for (int c = 0; c < n; ++c) b.chunks[b.owner[c]].push_back(c);
   return b;

@@ -34,10 +34,18 @@ struct ContextStage {
 
   // Group-cast (cast_plan.hpp): stage 0 is the group's own KV, stages 1.. fetched chunks.
   std::vector<CastStage> cast;
+  // Per group-cast stage, the runs of local query rows its call has cells in: a later stage merges
+  // (forward) or adds dQ (backward) only there; on short documents a fetched stage's are few.
+  std::vector<std::vector<lca_token_range>> touched;
+  // Group-cast in one call (per pass): masks[combined] is the own KV followed by every fetched
+  // segment (cast_one), computed by one kernel call.
+  bool one_call_fwd = false, one_call_bwd = false;
+  size_t combined = 0;
+  CastStage cast_one;  // every remote segment in one stage
 
   void prepare(const Layout& L, const lca_problem& global, const std::vector<lca_slice>& slices,
                ContextMode m, int window, const KernelRef& kernel, const lca_exec& exec,
-               const Balance* balance = nullptr, int remote_stages = 1) {
+               const Balance* balance = nullptr, int remote_stages = 1, bool one_fwd = false, bool one_bwd = false) {
     mode = m;
     base = global;
     base.heads_q = L.hq_l;
@@ -56,6 +64,19 @@ struct ContextStage {
         masks.push_back(clip_mask(slices, mine, fetched));
         masks.back().seqlen_k = at;
       }
+      one_call_fwd = one_fwd && cast.size() > 1;
+      one_call_bwd = one_bwd && cast.size() > 1;
+      if (one_call_fwd || one_call_bwd) {
+        cast_one = plan_cast(L, *balance, 1)[1];
+        Segments keys = mine;
+        int64_t at = L.group_rows[L.ctx_idx];
+        for (const Segments& segs : cast_one.from_segs)
+          for (const Segment& g : segs) keys.push_back({g.begin, g.end, at}), at += g.size();
+        combined = masks.size();
+        masks.push_back(clip_mask(slices, mine, keys));
+        masks.back().seqlen_k = at;
+      }
+      for (const LocalMask& lm : masks) touched.push_back(rows_with_cells(lm));
     } else if (mode == ContextMode::ring) {
       sched = make_schedule(L.cp, L.ctx_idx, window);
       for (int b : sched.block) masks.push_back(clip_mask(slices, mine, L.group_segs[b]));
@@ -99,7 +120,8 @@ struct ContextStage {
   int32_t forward(const Ctx& c, const void* q, const void* k, const void* v, void* o_out, float* lse) const {
     const int64_t N = base.seqlen_q, D = c.dim, Hq = base.heads_q;
     const size_t esz = dtype_size(c.dtype);
-    if (mode == ContextMode::groupcast) return cast_forward(c, q, k, v, o_out, lse);
+    if (mode == ContextMode::groupcast) return one_call_fwd ? one_call_forward(c, q, k, v, o_out, lse)
+                                                            : cast_forward(c, q, k, v, o_out, lse);
     float* o = static_cast<float*>(o_out);
     c.dev.fill(o, N * Hq * D, 0.0f);
     c.dev.fill(lse, Hq * N, -std::numeric_limits<float>::infinity());
@@ -141,7 +163,8 @@ struct ContextStage {
     Buffer dq_part(c.exec.allocator, N * Hq * D * esz);
     Buffer dk_part(c.exec.allocator, max_k * Hkv * D * esz), dv_part(c.exec.allocator, max_k * Hkv * D * esz);
     if (mode == ContextMode::groupcast) {
-      cast_backward(c, q, k, v, o, d_o, lse, dq, dk, dv, dq_part, dk_part, dv_part);
+      if (one_call_bwd) one_call_backward(c, q, k, v, o, d_o, lse, dq, dk, dv, dq_part, dk_part, dv_part);
+      else cast_backward(c, q, k, v, o, d_o, lse, dq, dk, dv, dq_part, dk_part, dv_part);
       return;
     }
     c.dev.zero(dq, static_cast<size_t>(N * Hq * D) * sizeof(float));
@@ -236,7 +259,7 @@ struct ContextStage {
     c.lane.side_waits(c.exec.stream);  // own K/V come from the head exchange on the exec stream
     for (size_t s = 0; s < cast.size(); ++s) {
       if (s >= 1) c.lane.main_waits(kBlocks, c.exec.stream);  // stage s's KV has arrived
-      if (s + 1 < cast.size()) fetch(c, s + 1, k, v, kb[s + 1], vb[s + 1]);
+      if (s + 1 < cast.size()) fetch(c, cast[s + 1], k, v, kb[s + 1].data(), vb[s + 1].data());
       if (plans[s] == nullptr) continue;
       if (have && !o_part.data()) {
         o_part = Buffer(c.exec.allocator, N * Hq * D * esz);
@@ -250,7 +273,11 @@ struct ContextStage {
                      thd_tensor(const_cast<void*>(s ? vb[s].data() : v), c.dtype, nk, base.heads_kv, D),
                      thd_tensor(out, c.dtype, N, Hq, D), lse_tensor(out_lse, Hq, N)};
       c.kernel.forward(plans[s], a, c.exec);
-      if (have) c.dev.merge(o, c.dtype, lse, o_part.data(), c.dtype, lse_part.as<float>(), N, Hq, D);
+      if (have)
+        for (const lca_token_range& run : touched[s])
+          c.dev.merge(advance(o, c.dtype, run.begin * Hq * D), c.dtype, lse + run.begin,
+                      advance(o_part.data(), c.dtype, run.begin * Hq * D), c.dtype, lse_part.as<float>() + run.begin,
+                      run.end - run.begin, Hq, D, /*lse_ld=*/N);
       have = true;
     }
     if (!have) {  // no cell at all: O = 0, LSE = -inf
@@ -283,16 +310,32 @@ struct ContextStage {
     std::vector<size_t> order;
     for (size_t s = 1; s < S; ++s) order.push_back(s);
     order.push_back(0);
-    bool have_dq = false;
     auto T = [&](const void* p, int64_t rows, int64_t heads) {
       return thd_tensor(const_cast<void*>(p), c.dtype, rows, heads, D);
     };
     c.lane.side_waits(c.exec.stream);
-    if (S > 1) fetch(c, 1, k, v, kb[1], vb[1]);
+    if (S > 1) fetch(c, cast[1], k, v, kb[1].data(), vb[1].data());
+    // dQ: the first stage with cells converts its part whole into dq and later ones add on their
+    // rows with cells; where that first stage has cells in few rows, zeroing dq and adding only
+    // there moves fewer bytes (4 + f (esz + 8) against esz + 4 an element, f its share of rows).
+    // (After the first fetch is posted: the zeroing overlaps it.)
+    bool have_dq = false;
+    for (size_t s : order) {
+      if (plans[s] == nullptr) continue;
+      int64_t rows = 0;
+      for (const lca_token_range& run : touched[s]) rows += run.end - run.begin;
+      const double esz = double(dtype_size(c.dtype));
+      if (N > 0 && double(rows) / double(N) < esz / (esz + 8)) {
+        c.dev.zero(dq, static_cast<size_t>(N * Hq * D) * sizeof(float));
+        have_dq = true;
+      }
+      break;
+    }
     for (size_t i = 0; i < order.size(); ++i) {
       const size_t s = order[i];
       if (s >= 1) c.lane.main_waits(kBlocks, c.exec.stream);  // stage s's KV has arrived
-      if (i + 1 < order.size() && order[i + 1] >= 1) fetch(c, order[i + 1], k, v, kb[order[i + 1]], vb[order[i + 1]]);
+      if (i + 1 < order.size() && order[i + 1] >= 1)
+        fetch(c, cast[order[i + 1]], k, v, kb[order[i + 1]].data(), vb[order[i + 1]].data());
       const int64_t nk = masks[s].seqlen_k;
       float* acc_k = s ? dk_acc[s].as<float>() : dk;
       float* acc_v = s ? dv_acc[s].as<float>() : dv;
@@ -302,8 +345,15 @@ struct ContextStage {
                        lse_tensor(const_cast<float*>(lse), Hq, N), T(dq_part.data(), N, Hq),
                        T(dk_part.data(), nk, Hkv), T(dv_part.data(), nk, Hkv)};
         c.kernel.backward(plans[s], a, c.exec);
-        c.dev.copy(flat(dq_part.data(), c.dtype, N * Hq * D), flat(dq, LCA_DTYPE_F32, N * Hq * D), 1, 1, N * Hq * D,
-                   /*add=*/have_dq);
+        if (!have_dq) {
+          c.dev.copy(flat(dq_part.data(), c.dtype, N * Hq * D), flat(dq, LCA_DTYPE_F32, N * Hq * D), 1, 1, N * Hq * D);
+        } else {
+          for (const lca_token_range& run : touched[s]) {
+            const int64_t n = (run.end - run.begin) * Hq * D, at = run.begin * Hq * D;
+            c.dev.copy(flat(advance(dq_part.data(), c.dtype, at), c.dtype, n), flat(dq + at, LCA_DTYPE_F32, n), 1, 1, n,
+                       /*add=*/true);
+          }
+        }
         have_dq = true;
         // A fetched stage's partials fill its own buffer whole (copy); the own KV adds into dk/dv.
         const int64_t count = nk * row;
@@ -315,23 +365,95 @@ struct ContextStage {
       }
       if (s >= 1) {  // the fetched chunks' gradients go home while the next stage computes
         c.lane.side_waits(c.exec.stream);
-        reduce(c, s, acc_k, acc_v, dk_back[s].as<float>(), dv_back[s].as<float>());
+        reduce(c, cast[s], acc_k, acc_v, dk_back[s].as<float>(), dv_back[s].as<float>());
       }
     }
     if (!have_dq) c.dev.zero(dq, static_cast<size_t>(N * Hq * D) * sizeof(float));
     c.lane.join(c.exec.stream);
-    for (size_t s = 1; s < S; ++s) {
-      int64_t at = 0;
-      for (const Segments& segs : cast[s].to_segs)
-        for (const Segment& g : segs) {
-          const int64_t n = g.size() * row;
-          c.dev.copy(flat(dk_back[s].as<float>() + at * row, LCA_DTYPE_F32, n), flat(dk + g.offset * row, LCA_DTYPE_F32, n),
-                     1, 1, n, true);
-          c.dev.copy(flat(dv_back[s].as<float>() + at * row, LCA_DTYPE_F32, n), flat(dv + g.offset * row, LCA_DTYPE_F32, n),
-                     1, 1, n, true);
-          at += g.size();
-        }
+    for (size_t s = 1; s < S; ++s) add_home(c, cast[s], dk_back[s].as<float>(), dv_back[s].as<float>(), dk, dv);
+  }
+
+  // The partials of this group's rows that stage s's fetchers sent back add into dk/dv.
+  void add_home(const Ctx& c, const CastStage& st, const float* back_k, const float* back_v, float* dk, float* dv) const {
+    const int64_t row = c.L.hkv_l * c.dim;
+    int64_t at = 0;
+    for (const Segments& segs : st.to_segs)
+      for (const Segment& g : segs) {
+        const int64_t n = g.size() * row;
+        c.dev.copy(flat(back_k + at * row, LCA_DTYPE_F32, n), flat(dk + g.offset * row, LCA_DTYPE_F32, n), 1, 1, n, true);
+        c.dev.copy(flat(back_v + at * row, LCA_DTYPE_F32, n), flat(dv + g.offset * row, LCA_DTYPE_F32, n), 1, 1, n, true);
+        at += g.size();
+      }
+  }
+
+  // One call: every fetched segment lands behind the own KV in one buffer, then a single kernel
+  // call computes it all (the fetch is not overlapped; no merge follows).
+  void one_call_kv(const Ctx& c, const void* k, const void* v, Buffer& kall, Buffer& vall) const {
+    const int64_t own = c.L.group_rows[c.L.ctx_idx], row = c.L.hkv_l * c.dim, nk = masks[combined].seqlen_k;
+    kall = Buffer(c.exec.allocator, nk * row * dtype_size(c.dtype));
+    vall = Buffer(c.exec.allocator, nk * row * dtype_size(c.dtype));
+    c.lane.side_waits(c.exec.stream);  // own K/V come from the head exchange on the exec stream
+    fetch(c, cast_one, k, v, kall.data(), vall.data(), own);
+    c.dev.copy(flat(k, c.dtype, own * row), flat(kall.data(), c.dtype, own * row), 1, 1, own * row);
+    c.dev.copy(flat(v, c.dtype, own * row), flat(vall.data(), c.dtype, own * row), 1, 1, own * row);
+    c.lane.main_waits(kBlocks, c.exec.stream);
+  }
+
+  int32_t one_call_forward(const Ctx& c, const void* q, const void* k, const void* v, void* o, float* lse) const {
+    const int64_t N = base.seqlen_q, D = c.dim, Hq = base.heads_q, nk = masks[combined].seqlen_k;
+    Buffer kall, vall;
+    one_call_kv(c, k, v, kall, vall);
+    if (plans[combined] != nullptr) {
+      lca_fwd_args a{sizeof(lca_fwd_args), thd_tensor(const_cast<void*>(q), c.dtype, N, Hq, D),
+                     thd_tensor(kall.data(), c.dtype, nk, base.heads_kv, D),
+                     thd_tensor(vall.data(), c.dtype, nk, base.heads_kv, D), thd_tensor(o, c.dtype, N, Hq, D),
+                     lse_tensor(lse, Hq, N)};
+      c.kernel.forward(plans[combined], a, c.exec);
+    } else {
+      c.dev.zero(o, static_cast<size_t>(N * Hq * D) * dtype_size(c.dtype));
+      c.dev.fill(lse, Hq * N, -std::numeric_limits<float>::infinity());
     }
+    c.lane.join(c.exec.stream);
+    return c.dtype;
+  }
+
+  void one_call_backward(const Ctx& c, const void* q, const void* k, const void* v, const void* o, const void* d_o,
+                         const float* lse, float* dq, float* dk, float* dv, Buffer& dq_part, Buffer& dk_part,
+                         Buffer& dv_part) const {
+    const int64_t N = base.seqlen_q, D = c.dim, Hq = base.heads_q, Hkv = base.heads_kv, row = Hkv * D;
+    const int64_t own = c.L.group_rows[c.L.ctx_idx], nk = masks[combined].seqlen_k, fetched = nk - own;
+    Buffer kall, vall;
+    one_call_kv(c, k, v, kall, vall);
+    Buffer acc_k(c.exec.allocator, fetched * row * sizeof(float)), acc_v(c.exec.allocator, fetched * row * sizeof(float));
+    Buffer back_k(c.exec.allocator, cast_one.served * row * sizeof(float));
+    Buffer back_v(c.exec.allocator, cast_one.served * row * sizeof(float));
+    if (plans[combined] != nullptr) {
+      auto T = [&](const void* p, int64_t rows, int64_t heads) {
+        return thd_tensor(const_cast<void*>(p), c.dtype, rows, heads, D);
+      };
+      lca_bwd_args a{sizeof(lca_bwd_args), T(q, N, Hq), T(kall.data(), nk, Hkv), T(vall.data(), nk, Hkv), T(o, N, Hq),
+                     T(d_o, N, Hq), lse_tensor(const_cast<float*>(lse), Hq, N), T(dq_part.data(), N, Hq),
+                     T(dk_part.data(), nk, Hkv), T(dv_part.data(), nk, Hkv)};
+      c.kernel.backward(plans[combined], a, c.exec);
+      c.dev.copy(flat(dq_part.data(), c.dtype, N * Hq * D), flat(dq, LCA_DTYPE_F32, N * Hq * D), 1, 1, N * Hq * D);
+      // The own rows' dK/dV convert into dk/dv; the fetched rows' into the buffers that go home.
+      c.dev.copy(flat(dk_part.data(), c.dtype, own * row), flat(dk, LCA_DTYPE_F32, own * row), 1, 1, own * row);
+      c.dev.copy(flat(dv_part.data(), c.dtype, own * row), flat(dv, LCA_DTYPE_F32, own * row), 1, 1, own * row);
+      c.dev.copy(flat(advance(dk_part.data(), c.dtype, own * row), c.dtype, fetched * row),
+                 flat(acc_k.data(), LCA_DTYPE_F32, fetched * row), 1, 1, fetched * row);
+      c.dev.copy(flat(advance(dv_part.data(), c.dtype, own * row), c.dtype, fetched * row),
+                 flat(acc_v.data(), LCA_DTYPE_F32, fetched * row), 1, 1, fetched * row);
+    } else {
+      c.dev.zero(dq, static_cast<size_t>(N * Hq * D) * sizeof(float));
+      c.dev.zero(dk, static_cast<size_t>(own * row) * sizeof(float));
+      c.dev.zero(dv, static_cast<size_t>(own * row) * sizeof(float));
+      c.dev.zero(acc_k.data(), acc_k.bytes());
+      c.dev.zero(acc_v.data(), acc_v.bytes());
+    }
+    c.lane.side_waits(c.exec.stream);
+    reduce(c, cast_one, acc_k.as<float>(), acc_v.as<float>(), back_k.as<float>(), back_v.as<float>());
+    c.lane.join(c.exec.stream);
+    add_home(c, cast_one, back_k.as<float>(), back_v.as<float>(), dk, dv);
   }
 
   void alloc_stage_kv(const Ctx& c, std::vector<Buffer>& kb, std::vector<Buffer>& vb) const {
@@ -344,8 +466,9 @@ struct ContextStage {
 
   // Stage s's KV moves on the lane: this group's segments out to those that take them, the
   // fetched ones into kb/vb in from_segs order. Marks kBlocks.
-  void fetch(const Ctx& c, size_t s, const void* k, const void* v, Buffer& kb, Buffer& vb) const {
-    const CastStage& st = cast[s];
+  // first_row: where in kb/vb the first fetched row lands.
+  void fetch(const Ctx& c, const CastStage& st, const void* k, const void* v, void* kb, void* vb,
+             int64_t first_row = 0) const {
     const int64_t row = c.L.hkv_l * c.dim;
     void* side = c.lane.stream();
     c.comm.group_start();
@@ -354,11 +477,11 @@ struct ContextStage {
         c.comm.send(advance(k, c.dtype, g.offset * row), g.size() * row, c.dtype, st.to[i], side);
         c.comm.send(advance(v, c.dtype, g.offset * row), g.size() * row, c.dtype, st.to[i], side);
       }
-    int64_t at = 0;
+    int64_t at = first_row;
     for (size_t i = 0; i < st.from.size(); ++i)
       for (const Segment& g : st.from_segs[i]) {
-        c.comm.recv(advance(kb.data(), c.dtype, at * row), g.size() * row, c.dtype, st.from[i], side);
-        c.comm.recv(advance(vb.data(), c.dtype, at * row), g.size() * row, c.dtype, st.from[i], side);
+        c.comm.recv(advance(kb, c.dtype, at * row), g.size() * row, c.dtype, st.from[i], side);
+        c.comm.recv(advance(vb, c.dtype, at * row), g.size() * row, c.dtype, st.from[i], side);
         at += g.size();
       }
     c.comm.group_end();
@@ -367,8 +490,8 @@ struct ContextStage {
 
   // Stage s's dK/dV partials (fp32, rows of the fetched buffer) go back to their owners, one
   // message per owner; the partials of this group's served segments arrive in back_k/back_v.
-  void reduce(const Ctx& c, size_t s, const float* acc_k, const float* acc_v, float* back_k, float* back_v) const {
-    const CastStage& st = cast[s];
+  void reduce(const Ctx& c, const CastStage& st, const float* acc_k, const float* acc_v, float* back_k,
+              float* back_v) const {
     const int64_t row = c.L.hkv_l * c.dim;
     void* side = c.lane.stream();
     c.comm.group_start();

@@ -79,17 +79,17 @@ class Device {
     std::fill(data, data + count, value);
   }
   // o [rows, heads, dim] (fp32, or o_dtype merged in place) and lse [heads, rows] (fp32) absorb
-  // part (dtype) and part_lse.
+  // part (dtype) and part_lse; lse_ld > 0: the LSE rows are that far apart (a run of a longer LSE).
   void merge(float* o, float* lse, const void* part, int32_t dtype, const float* part_lse, int64_t rows,
              int64_t heads, int64_t dim) const {
     merge(o, LCA_DTYPE_F32, lse, part, dtype, part_lse, rows, heads, dim);
   }
   void merge(void* o, int32_t o_dtype, float* lse, const void* part, int32_t dtype, const float* part_lse,
-             int64_t rows, int64_t heads, int64_t dim) const {
+             int64_t rows, int64_t heads, int64_t dim, int64_t lse_ld = 0) const {
 #if defined(LCA_CP_WITH_CUDA)
-    if (cuda_) return cuda::lse_merge(o, o_dtype, lse, part, dtype, part_lse, rows, heads, dim, stream_);
+    if (cuda_) return cuda::lse_merge(o, o_dtype, lse, part, dtype, part_lse, rows, heads, dim, lse_ld, stream_);
 #endif
-    lse_merge_add(o, o_dtype, lse, part, dtype, part_lse, rows, heads, dim);
+    lse_merge_add(o, o_dtype, lse, part, dtype, part_lse, rows, heads, dim, lse_ld);
   }
 
  private:

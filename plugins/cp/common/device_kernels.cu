@@ -128,14 +128,15 @@ __global__ void fill_kernel(float* p, int64_t count, float value) {
 // One warp a (row, head): the same arithmetic as LseMerge::add on the CPU, in fp32.
 template <class O, class P>
 __global__ void lse_merge_kernel(O* __restrict__ o, float* __restrict__ lse, const P* __restrict__ part,
-                                 const float* __restrict__ part_lse, int64_t rows, int64_t heads, int64_t dim) {
+                                 const float* __restrict__ part_lse, int64_t rows, int64_t heads, int64_t dim,
+                                 int64_t ld) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; w < rows * heads; w += warps) {
     const int64_t r = w / heads, h = w - r * heads;
-    const float ln = part_lse[h * rows + r];
+    const float ln = part_lse[h * ld + r];
     if (ln == -INFINITY) continue;  // uniform across the warp
-    const float lo = lse[h * rows + r];
+    const float lo = lse[h * ld + r];
     __syncwarp();  // every lane has read lse before lane 0 writes it
     const float m = fmaxf(lo, ln);
     const float a = expf(lo - m), b = expf(ln - m);
@@ -149,23 +150,23 @@ __global__ void lse_merge_kernel(O* __restrict__ o, float* __restrict__ lse, con
     } else {
       for (int64_t d = lane; d < dim; d += 32) store<O>(out + d, wa * load<O>(out + d) + wb * load<P>(in + d));
     }
-    if (lane == 0) lse[h * rows + r] = l;
+    if (lane == 0) lse[h * ld + r] = l;
   }
 }
 
 template <class O>
 void launch_merge(O* o, float* lse, const void* part, int32_t dtype, const float* part_lse, int64_t rows, int64_t heads,
-                  int64_t dim, int blocks, int threads, cudaStream_t s) {
+                  int64_t dim, int64_t ld, int blocks, int threads, cudaStream_t s) {
   switch (dtype) {
     case LCA_DTYPE_F32:
-      lse_merge_kernel<O, float><<<blocks, threads, 0, s>>>(o, lse, static_cast<const float*>(part), part_lse, rows, heads, dim);
+      lse_merge_kernel<O, float><<<blocks, threads, 0, s>>>(o, lse, static_cast<const float*>(part), part_lse, rows, heads, dim, ld);
       break;
     case LCA_DTYPE_F16:
-      lse_merge_kernel<O, __half><<<blocks, threads, 0, s>>>(o, lse, static_cast<const __half*>(part), part_lse, rows, heads, dim);
+      lse_merge_kernel<O, __half><<<blocks, threads, 0, s>>>(o, lse, static_cast<const __half*>(part), part_lse, rows, heads, dim, ld);
       break;
     case LCA_DTYPE_BF16:
       lse_merge_kernel<O, __nv_bfloat16><<<blocks, threads, 0, s>>>(o, lse, static_cast<const __nv_bfloat16*>(part),
-                                                                     part_lse, rows, heads, dim);
+                                                                     part_lse, rows, heads, dim, ld);
       break;
     default:
       throw Error(LCA_ERR_UNSUPPORTED, "cp engine: the CUDA LSE merge takes f32, f16 and bf16 partial outputs");
@@ -211,16 +212,17 @@ void zero(void* data, size_t bytes, void* stream) {
 }
 
 void lse_merge(void* o, int32_t o_dtype, float* lse, const void* part, int32_t dtype, const float* part_lse,
-               int64_t rows, int64_t heads, int64_t dim, void* stream) {
+               int64_t rows, int64_t heads, int64_t dim, int64_t lse_ld, void* stream) {
   if (rows <= 0 || heads <= 0) return;
+  const int64_t ld = lse_ld > 0 ? lse_ld : rows;
   const int threads = 256;
   const int blocks = blocks_for(rows * heads * 32, threads);
   const cudaStream_t s = as_stream(stream);
   switch (o_dtype) {
-    case LCA_DTYPE_F32: launch_merge(static_cast<float*>(o), lse, part, dtype, part_lse, rows, heads, dim, blocks, threads, s); break;
-    case LCA_DTYPE_F16: launch_merge(static_cast<__half*>(o), lse, part, dtype, part_lse, rows, heads, dim, blocks, threads, s); break;
+    case LCA_DTYPE_F32: launch_merge(static_cast<float*>(o), lse, part, dtype, part_lse, rows, heads, dim, ld, blocks, threads, s); break;
+    case LCA_DTYPE_F16: launch_merge(static_cast<__half*>(o), lse, part, dtype, part_lse, rows, heads, dim, ld, blocks, threads, s); break;
     case LCA_DTYPE_BF16:
-      launch_merge(static_cast<__nv_bfloat16*>(o), lse, part, dtype, part_lse, rows, heads, dim, blocks, threads, s);
+      launch_merge(static_cast<__nv_bfloat16*>(o), lse, part, dtype, part_lse, rows, heads, dim, ld, blocks, threads, s);
       break;
     default: throw Error(LCA_ERR_UNSUPPORTED, "cp engine: the CUDA LSE merge writes f32, f16 and bf16 outputs");
   }

@@ -25,9 +25,10 @@ void copy3(const View& src, const View& dst, int64_t n0, int64_t n1, int64_t n2,
 void fill_f32(float* data, int64_t count, float value, void* stream);
 void zero(void* data, size_t bytes, void* stream);
 // o [rows, heads, dim] (o_dtype: fp32 to accumulate many parts, or the problem dtype to merge in
-// place) and lse [heads, rows] fp32 absorb a partial result (part in dtype).
+// place) and lse [heads, rows] fp32 absorb a partial result (part in dtype); lse_ld > 0: the
+// LSE rows of both are that far apart (0: rows).
 void lse_merge(void* o, int32_t o_dtype, float* lse, const void* part, int32_t dtype, const float* part_lse,
-               int64_t rows, int64_t heads, int64_t dim, void* stream);
+               int64_t rows, int64_t heads, int64_t dim, int64_t lse_ld, void* stream);
 
 void* stream_create();           // non-blocking, highest priority, on the current device
 void stream_destroy(void* stream);  // after synchronizing it

@@ -79,7 +79,7 @@ class EngineStrategy : public ICPStrategy {
         require(opt.head_degree >= 1 && W % opt.head_degree == 0, LCA_ERR_UNSUPPORTED,
                 "the head degree " + std::to_string(opt.head_degree) + " does not divide the world size " +
                     std::to_string(W));
-        balance = make_balance(slices, p.seqlen_q, W / opt.head_degree, opt.chunks_per_group);
+        balance = make_balance(slices, p.seqlen_q, W / opt.head_degree, opt.chunks_per_group, opt.balance_by);
         for (const auto& chunks : balance.chunks) {
           runs.emplace_back();
           for (int c : chunks) runs.back().push_back({balance.bounds[c], balance.bounds[c + 1]});
@@ -93,7 +93,8 @@ class EngineStrategy : public ICPStrategy {
     // Both splits are collective on the world, in the same order everywhere.
     plan->heads = plan->world.split(L.ctx_idx, L.head_idx);
     plan->context = plan->world.split(L.head_idx, L.ctx_idx);
-    plan->stage.prepare(L, p, slices, opt.mode, opt.window, plan->kernel, exec, &balance, opt.remote_stages);
+    plan->stage.prepare(L, p, slices, opt.mode, opt.window, plan->kernel, exec, &balance, opt.remote_stages,
+                        opt.one_call_fwd, opt.one_call_bwd);
     if (opt.mode != ContextMode::allgather && L.cp > 1) plan->lane.open(p.device_type == LCA_DEVICE_CUDA);
     return plan;
   }
@@ -116,10 +117,14 @@ class EngineStrategy : public ICPStrategy {
     const void* q = group_input(hg, p, args.q, L.q_head_first, L.hq_l, qb);
     const void* k = group_input(hg, p, args.k, L.kv_head_first, L.hkv_l, kb);
     const void* v = group_input(hg, p, args.v, L.kv_head_first, L.hkv_l, vb);
-    Buffer o(exec.allocator, N * L.hq_l * D * sizeof(float)), lse(exec.allocator, N * L.hq_l * sizeof(float));
+    // Group-cast writes O in the problem dtype: a rank alone in its head group writes the host's
+    // packed output in place instead of a buffer copied there after.
+    const bool o_in_place = plan.stage.mode == ContextMode::groupcast && packed_in(hg, p, args.o, L.hq_l);
+    Buffer o, lse(exec.allocator, N * L.hq_l * sizeof(float));
+    if (!o_in_place) o = Buffer(exec.allocator, N * L.hq_l * D * sizeof(float));
     ContextStage::Ctx c{L, plan.context, plan.kernel, exec, dev, plan.lane, D, p.dtype};
-    const int32_t o_dtype = plan.stage.forward(c, q, k, v, o.data(), lse.as<float>());
-    hg.gather(o.data(), o_dtype, args.o, L.q_head_first, L.hq_l, false);
+    const int32_t o_dtype = plan.stage.forward(c, q, k, v, o_in_place ? args.o.data : o.data(), lse.as<float>());
+    if (!o_in_place) hg.gather(o.data(), o_dtype, args.o, L.q_head_first, L.hq_l, false);
     hg.gather_lse(lse.as<float>(), args.lse);
   }
 
@@ -153,12 +158,18 @@ class EngineStrategy : public ICPStrategy {
   // The head group's packed rows of an input: the host's own buffer when the group is this rank
   // alone and the tensor is already packed in the problem dtype (no copy), else scattered into
   // `buf`.
+  // Whether `t` is the head group's rows as they are: this rank alone in its group, packed
+  // [rows, h_l, D] in the problem dtype.
+  static bool packed_in(const HeadGroup& hg, const lca_problem& p, const lca_tensor& t, int h_l) {
+    const int64_t D = p.head_dim;
+    return hg.L.u == 1 && t.dtype == p.dtype && t.shape[0] == hg.group_rows() && t.shape[1] == h_l &&
+           t.stride[2] == 1 && t.stride[1] == D && t.stride[0] == h_l * D;
+  }
+
   static const void* group_input(const HeadGroup& hg, const lca_problem& p, const lca_tensor& t,
                                  const std::vector<int>& head_first, int h_l, Buffer& buf) {
     const int64_t D = p.head_dim;
-    if (hg.L.u == 1 && t.dtype == p.dtype && t.shape[1] == h_l && t.stride[2] == 1 && t.stride[1] == D &&
-        t.stride[0] == h_l * D)
-      return t.data;
+    if (packed_in(hg, p, t, h_l)) return t.data;
     buf = Buffer(hg.alloc, static_cast<size_t>(hg.group_rows() * h_l * D) * dtype_size(p.dtype));
     hg.scatter(t, head_first, h_l, buf.data());
     return buf.data();

@@ -14,14 +14,16 @@
 namespace lca::cp {
 
 // o [rows, heads, dim] of o_dtype (fp32, or the problem dtype merged in place) and lse [heads,
-// rows] fp32; part [rows, heads, dim] of `dtype`, part_lse [heads, rows] fp32.
+// rows] fp32; part [rows, heads, dim] of `dtype`, part_lse [heads, rows] fp32. lse_ld: elements
+// from one head's LSE row to the next (0: rows), so that a run of rows inside a longer LSE merges.
 inline void lse_merge_add(void* o, int32_t o_dtype, float* lse, const void* part, int32_t dtype, const float* part_lse,
-                          int64_t rows, int64_t heads, int64_t dim) {
+                          int64_t rows, int64_t heads, int64_t dim, int64_t lse_ld = 0) {
+  const int64_t ld = lse_ld > 0 ? lse_ld : rows;
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t r = 0; r < rows; ++r) {
-      const float ln = part_lse[h * rows + r];
+      const float ln = part_lse[h * ld + r];
       if (ln == -std::numeric_limits<float>::infinity()) continue;
-      float& lo = lse[h * rows + r];
+      float& lo = lse[h * ld + r];
       const float m = std::max(lo, ln);
       const float a = std::exp(lo - m), b = std::exp(ln - m);  // exp(-inf) = 0
       const float l = m + std::log(a + b);

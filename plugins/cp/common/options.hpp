@@ -4,6 +4,7 @@
 // Rule: pure functions of (options, world size, ranks a node, heads); refusals throw lca::Error.
 #pragma once
 
+#include "balance.hpp"
 #include "layout.hpp"
 
 #include <lca/error.hpp>
@@ -26,6 +27,10 @@ struct EngineOptions {
   // area (balance.hpp), remote KV fetched in remote_stages stages after the local one.
   int chunks_per_group = 8;
   int remote_stages = 1;
+  BalanceBy balance_by = BalanceBy::cells;
+  // Group-cast: fetch every remote chunk first and compute the own and fetched KV in one kernel call
+  // (no overlap, no merge): one grid of more blocks where a call per stage leaves SMs idle. Per pass.
+  bool one_call_fwd = false, one_call_bwd = false;
 };
 
 // Reads an integer option, refusing other types with the option's name.
@@ -115,8 +120,11 @@ inline EngineOptions choose_loongtrain(const nlohmann::json& j, int W, int local
 inline EngineOptions choose_balanced(const nlohmann::json& j, int W, int local_size, const lca_problem& p) {
   (void)j, (void)W, (void)local_size, (void)p;
   for (const auto& [key, value] : j.items())
-    require(key == "head_degree" || key == "chunks_per_rank" || key == "stages", LCA_ERR_INVALID_ARGUMENT,
-            "balanced: unknown option \"" + key + "\" (known: head_degree, chunks_per_rank, stages)");
+    require(key == "head_degree" || key == "chunks_per_rank" || key == "stages" || key == "balance_by" ||
+                key == "one_call",
+            LCA_ERR_INVALID_ARGUMENT,
+            "balanced: unknown option \"" + key +
+                "\" (known: head_degree, chunks_per_rank, stages, balance_by, one_call)");
   EngineOptions o;
   o.mode = ContextMode::groupcast;
   o.head_degree = int_option(j, "head_degree", 1);
@@ -128,9 +136,24 @@ inline EngineOptions choose_balanced(const nlohmann::json& j, int W, int local_s
   o.chunks_per_group = int_option(j, "chunks_per_rank", 8);
   require(o.chunks_per_group >= 1 && o.chunks_per_group <= 4096, LCA_ERR_INVALID_ARGUMENT,
           "balanced: chunks_per_rank must be in 1..4096, got " + std::to_string(o.chunks_per_group));
+  if (j.contains("balance_by")) {
+    const auto& v = j["balance_by"];
+    require(v.is_string() && (v == "cells" || v == "tiles"), LCA_ERR_INVALID_ARGUMENT,
+            "balanced: option \"balance_by\" must be \"cells\" or \"tiles\", got " + v.dump());
+    o.balance_by = v == "tiles" ? BalanceBy::tiles : BalanceBy::cells;
+  }
   o.remote_stages = int_option(j, "stages", 1);
   require(o.remote_stages >= 1, LCA_ERR_INVALID_ARGUMENT,
           "balanced: stages must be >= 1, got " + std::to_string(o.remote_stages));
+  if (j.contains("one_call")) {
+    const auto& v = j["one_call"];
+    require(v.is_boolean() || (v.is_string() && (v == "fwd" || v == "bwd")), LCA_ERR_INVALID_ARGUMENT,
+            "balanced: option \"one_call\" must be true, false, \"fwd\" or \"bwd\", got " + v.dump());
+    o.one_call_fwd = v.is_boolean() ? v.get<bool>() : v == "fwd";
+    o.one_call_bwd = v.is_boolean() ? v.get<bool>() : v == "bwd";
+  }
+  require(!(o.one_call_fwd && o.one_call_bwd && j.contains("stages")), LCA_ERR_INVALID_ARGUMENT,
+          "balanced: one_call true computes every stage in one kernel call; drop \"stages\" or \"one_call\"");
   return o;
 }
 

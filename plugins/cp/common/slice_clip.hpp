@@ -5,6 +5,7 @@
 #pragma once
 
 #include <lca/abi.h>
+#include <lca/types.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -81,6 +82,28 @@ struct LocalMask {
                     slices.data(), nullptr, 0, nullptr};
   }
 };
+
+// The runs of local query rows that hold a cell of `m`, ascending and merged. A superset would be
+// harmless to its users (a row without cells has LSE -inf and merges or adds as nothing); rows
+// with cells are never left out.
+inline std::vector<lca_token_range> rows_with_cells(const LocalMask& m) {
+  std::vector<lca_token_range> runs;
+  for (const lca_slice& s : m.slices) {
+    if (slice_area(s) <= 0) continue;
+    int64_t lo, hi;
+    slice_band(s, &lo, &hi);
+    // Row q has a cell when its band [q + lo, q + hi] meets [k_begin, k_end).
+    const int64_t a = hi == kUnbounded ? s.q_begin : std::max(s.q_begin, s.k_begin - hi);
+    const int64_t b = lo == -kUnbounded ? s.q_end : std::min(s.q_end, s.k_end - lo);
+    if (a < b) runs.push_back({a, b});
+  }
+  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.begin < y.begin; });
+  std::vector<lca_token_range> out;
+  for (const auto& r : runs)
+    if (!out.empty() && r.begin <= out.back().end) out.back().end = std::max(out.back().end, r.end);
+    else out.push_back(r);
+  return out;
+}
 
 inline int64_t total_rows(const Segments& segs) {
   int64_t n = 0;

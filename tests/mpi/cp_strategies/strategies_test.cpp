@@ -205,10 +205,13 @@ TEST(CpStrategies, LoongTrain) {
   run_all("loongtrain", {"{}", "{\"head_degree\":1,\"window_size\":2}", "{\"head_degree\":2,\"window_size\":1}"});
 }
 // Default chunks; odd chunk counts in two overlapped stages; one-token chunks (S < W x chunks);
-// Ulysses inside.
+// Ulysses inside; chunks dealt out by tiles; every stage in one call (also with Ulysses inside and
+// with one-token chunks).
 TEST(CpStrategies, Balanced) {
   run_all("balanced", {"{}", "{\"chunks_per_rank\":3,\"stages\":2}", "{\"chunks_per_rank\":64,\"stages\":3}",
-                       "{\"head_degree\":2}"});
+                       "{\"head_degree\":2}", "{\"balance_by\":\"tiles\",\"chunks_per_rank\":5}",
+                       "{\"one_call\":true}", "{\"one_call\":\"bwd\",\"head_degree\":2,\"balance_by\":\"tiles\"}",
+                       "{\"one_call\":\"fwd\",\"chunks_per_rank\":64,\"stages\":2}"});
 }
 
 TEST(CpStrategies, BalancedRefusesBadOptionsByName) {
@@ -220,6 +223,9 @@ TEST(CpStrategies, BalancedRefusesBadOptionsByName) {
   const std::pair<const char*, const char*> bad[] = {{"{\"chunk\":4}", "unknown option \"chunk\""},
                                                      {"{\"chunks_per_rank\":0}", "chunks_per_rank"},
                                                      {"{\"stages\":0}", "stages"},
+                                                     {"{\"balance_by\":\"area\"}", "balance_by"},
+                                                     {"{\"one_call\":\"both\"}", "one_call"},
+                                                     {"{\"one_call\":true,\"stages\":2}", "one_call"},
                                                      {"{\"head_degree\":3}", "head_degree 3"}};
   for (auto [options, says] : bad) {
     lca_host_info host{sizeof(lca_host_info), LCA_ABI_VERSION, LCA_TEST_PLUGIN_DIR, nullptr, options, nullptr, nullptr};

@@ -138,6 +138,75 @@ TEST(CpBalance, LargestShareBeatsContiguousAndZigzag) {
   }
 }
 
+TEST(CpBalance, ChunkTileWeightsAreTheTilesOneByOne) {
+  // Against a cell-by-cell search: tiles (chunk-local, tile_rows x tile_cols) with a cell of any
+  // slice, plus the fixed cost of each row tile that has one, summed per row chunk.
+  std::mt19937_64 rng(23);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const int64_t S = 53, R = 8, C = 4, fixed = 2;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<lca_slice> m;
+    for (int n = pick(1, 5); n > 0; --n) {
+      const int64_t qb = pick(0, S - 1), kb = pick(0, S - 1);
+      m.push_back(sl(qb, pick(qb + 1, S), kb, pick(kb + 1, S), static_cast<int32_t>(pick(0, 3))));
+    }
+    const int n = static_cast<int>(pick(1, 7));
+    const auto bounds = lca::cp::even_bounds(S, n);
+    const auto got = lca::cp::chunk_tile_weights(m, bounds, R, C, fixed);
+    for (int i = 0; i < n; ++i) {
+      int64_t want = 0;
+      for (int64_t a = bounds[i]; a < bounds[i + 1]; a += R) {
+        int64_t tiles = 0;
+        for (int j = 0; j < n; ++j)
+          for (int64_t c = bounds[j]; c < bounds[j + 1]; c += C) {
+            bool any = false;
+            for (int64_t q = a; q < std::min(a + R, bounds[i + 1]) && !any; ++q)
+              for (int64_t k = c; k < std::min(c + C, bounds[j + 1]) && !any; ++k)
+                for (const auto& x : m) any = any || lca::slice_contains(x, q, k);
+            tiles += any;
+          }
+        if (tiles > 0) want += tiles + fixed;
+      }
+      ASSERT_EQ(got[i], want) << "trial " << trial << " chunk " << i << " of " << n;
+    }
+  }
+}
+
+// The split by tiles: every chunk dealt once, equal chunk counts (so tokens within a chunk's
+// rounding), and a largest group's tile load never above the split by cells' on random masks.
+TEST(CpBalance, SplitByTilesIsNeverWorseInTilesThanByCells) {
+  std::mt19937_64 rng(31);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int better = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t S = pick(3000, 40000);
+    const int G = static_cast<int>(pick(2, 8)), per = static_cast<int>(pick(1, 16));
+    std::vector<lca_slice> m = causal_documents(S, pick(16, 300), pick(400, 12000), trial);
+    if (trial % 3 == 1)  // a long last document that sees everything before it
+      m.push_back(sl(S - S / 5, S, 0, S - S / 5, LCA_SLICE_FULL));
+    const Balance by_cells = make_balance(m, S, G, per);
+    const Balance by_tiles = make_balance(m, S, G, per, lca::cp::BalanceBy::tiles);
+    ASSERT_EQ(by_tiles.bounds, by_cells.bounds);
+    const int n = by_tiles.count();
+    std::vector<int> seen(n, 0);
+    size_t most = 0, least = n;
+    for (int g = 0; g < G; ++g) {
+      for (int c : by_tiles.chunks[g]) {
+        ++seen[c];
+        EXPECT_EQ(by_tiles.owner[c], g);
+      }
+      most = std::max(most, by_tiles.chunks[g].size()), least = std::min(least, by_tiles.chunks[g].size());
+    }
+    for (int c = 0; c < n; ++c) EXPECT_EQ(seen[c], 1) << "chunk " << c;
+    EXPECT_LE(most - least, 1u);
+    const auto tiles = lca::cp::chunk_tile_weights(m, by_tiles.bounds);
+    const int64_t t = lca::cp::largest_load(tiles, by_tiles.owner, G), c = lca::cp::largest_load(tiles, by_cells.owner, G);
+    EXPECT_LE(t, c) << "trial " << trial;
+    better += t < c;
+  }
+  EXPECT_GT(better, 0);  // the tiles' split must be able to differ
+}
+
 TEST(CpBalance, TooFewTokensOrChunksAreRefusedByName) {
   const std::vector<lca_slice> full{sl(0, 3, 0, 3, LCA_SLICE_FULL)};
   try {

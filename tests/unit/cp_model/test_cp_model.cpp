@@ -84,6 +84,70 @@ TEST(CpModel, RanksComputeEveryCellOnce) {
         }
 }
 
+TEST(CpModel, BreakdownAddsUpToTheSlowestRank) {
+  // Every rank's exec stream is its kernels, memory passes and waits; the slowest rank's time is the
+  // ideal (one GPU / world) plus imbalance, tiles, exposed transfers and memory, by tiles and by area.
+  const int64_t S = 8192;
+  for (const auto& [name, slices] : masks(S))
+    for (int W : {2, 4, 8})
+      for (bool bwd : {false, true})
+        for (const std::string& st : lca::core::model::strategy_names()) {
+          const Problem P = problem(slices, S, 16, 4, bwd);
+          Machine m;
+          m.gpus_per_node = 4;
+          KernelRate r = kRate;
+          for (bool tiles : {false, true}) {
+            r.unit_ms = tiles ? lca::core::model::calibrate_tiles(P, 2.0, 132) : 0.0;
+            const auto pr = predict(P, st, nlohmann::json::object(), W, m, r);
+            if (!pr.refused.empty()) continue;
+            const std::string what = st + " " + name + " W=" + std::to_string(W) + (bwd ? " bwd" : " fwd");
+            for (const auto& x : pr.ranks)
+              EXPECT_NEAR(x.total_ms, x.kernel_ms + x.memory_ms + x.exposed_ms, 1e-9 * x.total_ms) << what;
+            const auto& b = pr.breakdown;
+            EXPECT_NEAR(pr.time_ms, b.ideal_ms + b.imbalance_ms + b.tiles_ms + b.exposed_ms + b.memory_ms,
+                        1e-9 * pr.time_ms) << what;
+            EXPECT_NEAR(b.ideal_ms, pr.total_flops / W / (kRate.tflops * 1e12) * 1e3, 1e-9 * b.ideal_ms) << what;
+            EXPECT_GE(b.exposed_ms, 0) << what;
+            EXPECT_LE(b.mean_total_ms, pr.time_ms * (1 + 1e-12)) << what;
+            if (!tiles) EXPECT_NEAR(b.tiles_ms, 0, 1e-9) << what;  // by area a call is its FLOPs
+          }
+        }
+}
+
+TEST(SliceClip, RowsWithCellsHoldEveryRowThatHasACell) {
+  // Against a row-by-row count of the local mask: no row with a cell is left out, and the runs are
+  // tight for these masks (each run's first and last rows have cells).
+  const int64_t S = 1500;
+  for (const auto& [name, slices] : masks(S)) {
+    const lca::cp::Segments q = {{100, 700, 0}, {900, 1300, 600}}, k = {{0, 300, 0}, {650, 1100, 300}};
+    const lca::cp::LocalMask m = lca::cp::clip_mask(slices, q, k);
+    const auto runs = lca::cp::rows_with_cells(m);
+    auto in_runs = [&](int64_t r) {
+      for (const auto& x : runs)
+        if (r >= x.begin && r < x.end) return true;
+      return false;
+    };
+    std::vector<bool> has(m.seqlen_q, false);
+    for (int64_t r = 0; r < m.seqlen_q; ++r)
+      for (int64_t c = 0; c < m.seqlen_k && !has[r]; ++c)
+        for (const lca_slice& x : m.slices)
+          if (lca::slice_contains(x, r, c)) {
+            has[r] = true;
+            break;
+          }
+    int64_t with = 0;
+    for (int64_t r = 0; r < m.seqlen_q; ++r) {
+      with += has[r];
+      if (has[r]) EXPECT_TRUE(in_runs(r)) << name << " row " << r;
+    }
+    for (const auto& x : runs) {
+      EXPECT_TRUE(has[x.begin]) << name << " run from " << x.begin;
+      EXPECT_TRUE(has[x.end - 1]) << name << " run to " << x.end;
+    }
+    if (name != "full") EXPECT_GT(with, 0) << name;
+  }
+}
+
 TEST(CpModel, BlockPairAreasMatchTheClippedMasks) {
   // The area table's sums against clip_mask (what the kernels are planned on), for zigzag pieces.
   const int64_t S = 3001;

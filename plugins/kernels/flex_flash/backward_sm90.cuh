@@ -491,31 +491,20 @@ __global__ void __launch_bounds__(384, 1)
           issue_dk(false);
           sm90::wgmma_commit();
         };
-        if constexpr (kDvFirst) {
-          // dV's group is in flight (issued above); dQ once both warpgroups' dS^T are in shared
-          // memory, then dK. Groups in order: dV, dQ, dK; waiting for all but the newest leaves dK
-          // running while dQ's tile is stored.
-          sm90::fence_proxy_async();
-          ds_sync();
-          float dq[32];
-          if (writes_dq) issue_dq(dq, b, 0);
-          issue_dk(true);
-          sm90::wgmma_commit();
-          if (writes_dq) {
-            if constexpr (kSplitD) sm90::wgmma_wait<1>();
-            else sm90::wgmma_wait<0>();
-            sm90::fence_regs(dq);
-            store_dq(dq, it);
-          }
-          sm90::wgmma_wait<0>();
-        } else if constexpr (kTmaDq) {
+        if constexpr (kTmaDq) {
           // dQ first, then dV and dK: the dQ tile goes to shared memory while the tensor cores run
-          // dV and dK.
+          // dV and dK. kDvFirst: dV's group is in flight already (issued above), dK goes alone;
+          // groups in order dV, dQ, dK, so that waiting for all but the newest is dV and dQ.
           sm90::fence_proxy_async();
           ds_sync();
           float dq[32];
           if (writes_dq) issue_dq(dq, b, kSkipIdle ? info(b)[3] : 0);
-          issue_dv_dk();
+          if constexpr (kDvFirst) {
+            issue_dk(true);
+            sm90::wgmma_commit();
+          } else {
+            issue_dv_dk();
+          }
           if (writes_dq) {
             // d128: wait for dQ's group alone (the older one). d64, where only warpgroup 0 computes
             // dQ, waits for both: with the branch around dQ's group, ptxas serialized every wgmma

@@ -393,22 +393,24 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
       for (int c = 0; c < cp; ++c) s.pass(ranks[c], 2 * double(L.group_rows[c]) * row * 4);
     std::vector<bool> have(cp, false);  // a stage with cells has run (later ones merge or add)
     std::vector<double> fetched(L.world, 0.0);
-    auto post = [&](size_t st, double e, std::vector<double>* done) {
+    // A stage's group-cast on the lanes: each rank sends the rows it serves (`to`) and receives the
+    // ones it fetches (`from`), `e` bytes an element; `home` the reverse (dK/dV going home).
+    auto cast = [&](size_t st, double e, bool home, std::vector<double>* done) {
       std::vector<std::vector<int>> peers(cp);
       std::vector<Traffic> traffic(cp);
       for (int c = 0; c < cp; ++c) {
         const cp::CastStage& x = plans[c][st];
-        for (size_t i = 0; i < x.to.size(); ++i) {
-          double n = 0;
-          for (const Segment& g : x.to_segs[i]) n += g.size();
-          peers[c].push_back(ranks[x.to[i]]);
-          s.add(traffic[c], ranks[c], ranks[x.to[i]], 2 * n * row * (done ? e : e), 0);
-        }
-        for (size_t i = 0; i < x.from.size(); ++i) {
-          double n = 0;
-          for (const Segment& g : x.from_segs[i]) n += g.size();
-          peers[c].push_back(ranks[x.from[i]]);
-          s.add(traffic[c], ranks[c], ranks[x.from[i]], 0, 2 * n * row * e);
+        for (int dir = 0; dir < 2; ++dir) {
+          const bool sends = dir == 0, served = sends != home;  // served: the `to` side
+          const auto& others = served ? x.to : x.from;
+          const auto& segs = served ? x.to_segs : x.from_segs;
+          for (size_t i = 0; i < others.size(); ++i) {
+            double n = 0;
+            for (const Segment& g : segs[i]) n += g.size();
+            peers[c].push_back(ranks[others[i]]);
+            const double bytes = 2 * n * row * e;
+            s.add(traffic[c], ranks[c], ranks[others[i]], sends ? bytes : 0, sends ? 0 : bytes);
+          }
         }
       }
       s.lane_calls(ranks, peers, traffic, done);
@@ -416,7 +418,7 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
     std::vector<size_t> order;
     for (size_t st = P.backward ? 1 : 0; st < stages; ++st) order.push_back(st);
     if (P.backward) order.push_back(0);
-    if (order[0] >= 1) post(order[0], esz, &fetched);
+    if (order[0] >= 1) cast(order[0], esz, false, &fetched);
     // Backward: dQ is zeroed first where the first stage with cells has them in few rows (as the
     // engine chooses, after posting the first fetch); else that stage's part converts whole.
     std::vector<bool> have_dq(cp, false);
@@ -435,7 +437,7 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
       const size_t st = order[i];
       if (st >= 1)
         for (int r : ranks) s.wait_until(r, fetched[r]);
-      if (i + 1 < order.size() && order[i + 1] >= 1) post(order[i + 1], esz, &fetched);
+      if (i + 1 < order.size() && order[i + 1] >= 1) cast(order[i + 1], esz, false, &fetched);
       for (int c = 0; c < cp; ++c) {
         const int r = ranks[c];
         s.kernel(r, cells[c][st], units[c][st]);
@@ -456,27 +458,8 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
         }
         have[c] = true;
       }
-      if (P.backward && st >= 1) {
-        // dK/dV of the fetched rows go home: the reverse of the fetch, in fp32.
-        std::vector<std::vector<int>> peers(cp);
-        std::vector<Traffic> traffic(cp);
-        for (int c = 0; c < cp; ++c) {
-          const cp::CastStage& x = plans[c][st];
-          for (size_t i = 0; i < x.from.size(); ++i) {
-            double n = 0;
-            for (const Segment& g : x.from_segs[i]) n += g.size();
-            peers[c].push_back(ranks[x.from[i]]);
-            s.add(traffic[c], ranks[c], ranks[x.from[i]], 2 * n * row * 4, 0);
-          }
-          for (size_t i = 0; i < x.to.size(); ++i) {
-            double n = 0;
-            for (const Segment& g : x.to_segs[i]) n += g.size();
-            peers[c].push_back(ranks[x.to[i]]);
-            s.add(traffic[c], ranks[c], ranks[x.to[i]], 0, 2 * n * row * 4);
-          }
-        }
-        s.lane_calls(ranks, peers, traffic, nullptr);
-      }
+      // Backward: dK/dV of the fetched rows go home, the reverse of the fetch, in fp32.
+      if (P.backward && st >= 1) cast(st, 4, true, nullptr);
     }
     for (int r : ranks) s.wait_until(r, s.lane[r]);
     if (P.backward)  // the served rows' partials that came home add into dK and dV

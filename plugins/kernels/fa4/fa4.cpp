@@ -93,21 +93,10 @@ class Fa4 final : public lca::IKernel {
     auto pl = std::make_unique<PythonPlan>(p, Layout::thd, "fa4");
     pl->mask_summary = f.describe();
     pl->mask_build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    {
-      Gil gil;
-      PyRef kwargs(checked(PyDict_New(), "kwargs"));
-      auto put = [&](const char* key, PyObject* value) {
-        PyRef v(checked(value, key));
-        if (PyDict_SetItemString(kwargs.get(), key, v.get()) != 0) throw_python_error(key);
-      };
-      put("device", PyLong_FromLong(p.device_index));
-      put("stream", PyLong_FromUnsignedLongLong(reinterpret_cast<uintptr_t>(exec.stream)));
+    pl->create(module_.get(), exec, warm_backward_, [&](const PythonPlan::PutArg& put) {
       put("seqlen", PyLong_FromLongLong(p.seqlen_q));
       put("heads_q", PyLong_FromLong(p.heads_q));
       put("heads_kv", PyLong_FromLong(p.heads_kv));
-      put("head_dim", PyLong_FromLong(p.head_dim));
-      put("dtype", PyUnicode_FromString(lca::dtype_name(p.dtype)));
-      put("scale", PyFloat_FromDouble(p.softmax_scale));
       if (f.varlen()) {
         put("cu_seqlens", PyBytes_FromStringAndSize(reinterpret_cast<const char*>(f.cu_seqlens.data()),
                                                     static_cast<Py_ssize_t>(f.cu_seqlens.size() * sizeof(int32_t))));
@@ -119,11 +108,7 @@ class Fa4 final : public lca::IKernel {
       put("form", PyUnicode_FromString(form_name(f.form)));
       put("window_left", PyLong_FromLongLong(f.window_left));
       put("window_right", PyLong_FromLongLong(f.window_right));
-      put("warm_backward", PyBool_FromLong(warm_backward_));
-      PyRef cls(checked(PyObject_GetAttrString(module_.get(), "Plan"), "lca_fa4.Plan"));
-      PyRef args(checked(PyTuple_New(0), "args"));
-      pl->plan = PyRef(checked(PyObject_Call(cls.get(), args.get(), kwargs.get()), "fa4: plan"));
-    }
+    });
     pl->plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     log(1, "fa4: " + pl->mask_summary + "; plan " + std::to_string(pl->plan_ms) + " ms");
     return pl;

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+
 namespace lca_torch {
 
 PyObject* bytes_of(const void* data, size_t bytes) {
@@ -19,6 +21,26 @@ void PythonPlan::Bound::set(const lca_tensor& t) {
   data = t.data;
   shape = {t.shape[0], t.shape[1], t.shape[2]};
   stride = {t.stride[0], t.stride[1], t.stride[2]};
+}
+
+void PythonPlan::create(PyObject* module, const lca_exec& exec, bool warm_backward,
+                        const std::function<void(const PutArg&)>& own) {
+  Gil gil;
+  PyRef kwargs(checked(PyDict_New(), "kwargs"));
+  const PutArg put = [&](const char* key, PyObject* value) {
+    PyRef v(checked(value, key));
+    if (PyDict_SetItemString(kwargs.get(), key, v.get()) != 0) throw_python_error(key);
+  };
+  put("device", PyLong_FromLong(problem.device_index));
+  put("stream", PyLong_FromUnsignedLongLong(reinterpret_cast<uintptr_t>(exec.stream)));
+  put("head_dim", PyLong_FromLong(problem.head_dim));
+  put("dtype", PyUnicode_FromString(lca::dtype_name(problem.dtype)));
+  put("scale", PyFloat_FromDouble(problem.softmax_scale));
+  put("warm_backward", PyBool_FromLong(warm_backward));
+  own(put);
+  PyRef cls(checked(PyObject_GetAttrString(module, "Plan"), who_ + ": the module's Plan"));
+  PyRef args(checked(PyTuple_New(0), "args"));
+  plan = PyRef(checked(PyObject_Call(cls.get(), args.get(), kwargs.get()), who_ + ": plan"));
 }
 
 PythonPlan::~PythonPlan() {

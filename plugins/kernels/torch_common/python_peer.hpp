@@ -11,6 +11,7 @@
 #include <lca/lca.hpp>
 
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ class PythonPlan : public lca::IPlan {
 
   void release(const lca_exec& exec) override;  // Plan.close(), then drops it
   std::string info() const override;            // Plan.info_json() + the three above
+
+  // Puts one keyword argument of the module's Plan(...): the value is a new reference (null: the
+  // Python error, named by the key).
+  using PutArg = std::function<void(const char* key, PyObject* value)>;
+  // `plan` = the module's Plan(**kwargs), under the GIL: the arguments every peer takes (device,
+  // stream, head_dim, dtype, scale, warm_backward) and the plugin's own, which `own` puts.
+  void create(PyObject* module, const lca_exec& exec, bool warm_backward, const std::function<void(const PutArg&)>& own);
 
   // Plan.forward(q, k, v, o, lse) and Plan.backward(q, k, v, o, d_o, lse, dq, dk, dv).
   void forward(const lca_fwd_args& a);

@@ -76,32 +76,17 @@ class VsaTriton final : public lca::IKernel {
     auto pl = std::make_unique<PythonPlan>(p, Layout::bhsd, "vsa_triton");
     pl->mask_summary = b.describe();
     pl->mask_build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    {
-      Gil gil;
-      PyRef kwargs(checked(PyDict_New(), "kwargs"));
-      auto put = [&](const char* key, PyObject* value) {
-        PyRef v(checked(value, key));
-        if (PyDict_SetItemString(kwargs.get(), key, v.get()) != 0) throw_python_error(key);
-      };
-      put("device", PyLong_FromLong(p.device_index));
-      put("stream", PyLong_FromUnsignedLongLong(reinterpret_cast<uintptr_t>(exec.stream)));
+    pl->create(module_.get(), exec, warm_backward_, [&](const PythonPlan::PutArg& put) {
       put("seqlen_q", PyLong_FromLongLong(p.seqlen_q));
       put("seqlen_k", PyLong_FromLongLong(p.seqlen_k));
       put("heads", PyLong_FromLong(p.heads_q));
-      put("head_dim", PyLong_FromLong(p.head_dim));
-      put("dtype", PyUnicode_FromString(lca::dtype_name(p.dtype)));
-      put("scale", PyFloat_FromDouble(p.softmax_scale));
       put("q_tiles", PyLong_FromLongLong(b.q_tiles));
       put("kv_tiles", PyLong_FromLongLong(b.kv_tiles));
       put("max_kv", PyLong_FromLong(b.max_kv));
       put("q2k_idx", bytes_of(b.q2k_idx));
       put("q2k_num", bytes_of(b.q2k_num));
       put("kv_sizes", bytes_of(b.kv_sizes));
-      put("warm_backward", PyBool_FromLong(warm_backward_));
-      PyRef cls(checked(PyObject_GetAttrString(module_.get(), "Plan"), "lca_vsa.Plan"));
-      PyRef args(checked(PyTuple_New(0), "args"));
-      pl->plan = PyRef(checked(PyObject_Call(cls.get(), args.get(), kwargs.get()), "plan"));
-    }
+    });
     pl->plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     log(1, "vsa_triton: " + pl->mask_summary + "; plan " + std::to_string(pl->plan_ms) + " ms");
     return pl;

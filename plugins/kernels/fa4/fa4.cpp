@@ -49,16 +49,11 @@ class Fa4 final : public lca::IKernel {
     // variable serves when no option names it.
     const char* site_env = std::getenv("LCA_FA4_SITE");
     if (site.empty() && site_env != nullptr) site = site_env;
-    const char* env = std::getenv("LCA_TORCH_PYTHON");
-    const std::string python = env && *env ? env : LCA_PEER_PYTHON;
-    const std::filesystem::path module_dir = std::filesystem::path(host.plugin_dir ? host.plugin_dir : ".") / "python";
-    lca::require(std::filesystem::exists(module_dir / "lca_fa4.py"), LCA_ERR_INVALID_ARGUMENT,
-                 "fa4: " + (module_dir / "lca_fa4.py").string() +
-                     " is missing; rebuild (it is copied beside the plugin) or reinstall");
     const auto t0 = std::chrono::steady_clock::now();
-    start_python(python, module_dir.string());
+    PeerModule peer = import_peer_module(host, "fa4", "lca_fa4", {"lca_fa4.py"}, "fa4: import lca_fa4", LCA_PEER_PYTHON);
+    const std::string& python = peer.python;
     Gil gil;
-    module_ = PyRef(checked(PyImport_ImportModule("lca_fa4"), "fa4: import lca_fa4 with " + python));
+    module_ = std::move(peer.module);
     PyRef library(PyObject_CallMethod(module_.get(), "load", "s", site.c_str()));
     if (!library) {
       const std::string from = site.empty() ? "the interpreter's own path (no site folder given)" : site;

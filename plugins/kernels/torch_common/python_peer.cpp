@@ -3,7 +3,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 
 namespace lca_torch {
 
@@ -21,6 +24,24 @@ void PythonPlan::Bound::set(const lca_tensor& t) {
   data = t.data;
   shape = {t.shape[0], t.shape[1], t.shape[2]};
   stride = {t.stride[0], t.stride[1], t.stride[2]};
+}
+
+PeerModule import_peer_module(const lca_host_info& host, const std::string& who, const char* module,
+                              std::initializer_list<const char*> files, const std::string& what,
+                              const char* built_with) {
+  PeerModule m;
+  const char* env = std::getenv("LCA_TORCH_PYTHON");
+  m.python = env && *env ? env : built_with;
+  const std::filesystem::path dir = std::filesystem::path(host.plugin_dir ? host.plugin_dir : ".") / "python";
+  for (const char* file : files)
+    lca::require(std::filesystem::exists(dir / file), LCA_ERR_INVALID_ARGUMENT,
+                 who + ": " + (dir / file).string() + " is missing; rebuild (it is copied beside the plugin) or reinstall");
+  const auto t0 = std::chrono::steady_clock::now();
+  start_python(m.python, dir.string());
+  Gil gil;
+  m.module = PyRef(checked(PyImport_ImportModule(module), what + " with " + m.python));
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
 }
 
 void PythonPlan::create(PyObject* module, const lca_exec& exec, bool warm_backward,

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,19 @@ template <class T>
 PyObject* bytes_of(const std::vector<T>& v) {
   return bytes_of(v.data(), v.size() * sizeof(T));
 }
+
+// A peer's Python side, loaded at create(): the interpreter of LCA_TORCH_PYTHON, else `built_with`
+// (the one the plugin was built against), started once; each of `files` must stand in the
+// plugin's python/ folder (a missing one is refused by name); then `module` is imported, a
+// failure naming `what` and the interpreter. Takes the GIL itself.
+struct PeerModule {
+  PyRef module;
+  std::string python;  // the interpreter
+  double seconds = 0;  // start and import
+};
+PeerModule import_peer_module(const lca_host_info& host, const std::string& who, const char* module,
+                              std::initializer_list<const char*> files, const std::string& what,
+                              const char* built_with);
 
 // How a buffer is shown to Python: a [1, H, S, D] view of lca's THD {S, H, D} with LSE as
 // [1, H, S] (the layout torch's attention functions take), or lca's own layout (THD {S, H, D},

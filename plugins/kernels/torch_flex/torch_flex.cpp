@@ -40,18 +40,12 @@ class TorchFlex final : public lca::IKernel {
     } catch (const nlohmann::json::exception& e) {
       throw Error(LCA_ERR_INVALID_ARGUMENT, std::string("torch_flex: bad config: ") + e.what());
     }
-    const char* env = std::getenv("LCA_TORCH_PYTHON");
-    const std::string python = env && *env ? env : LCA_PEER_PYTHON;
-    const std::filesystem::path module_dir = std::filesystem::path(host.plugin_dir ? host.plugin_dir : ".") / "python";
-    lca::require(std::filesystem::exists(module_dir / "lca_torch_flex.py"), LCA_ERR_INVALID_ARGUMENT,
-                 "torch_flex: " + (module_dir / "lca_torch_flex.py").string() +
-                     " is missing; rebuild (it is copied beside the plugin) or reinstall");
-    const auto t0 = std::chrono::steady_clock::now();
-    start_python(python, module_dir.string());
+    PeerModule peer = import_peer_module(host, "torch_flex", "lca_torch_flex", {"lca_torch_flex.py"},
+                                         "import lca_torch_flex (and torch)", LCA_PEER_PYTHON);
     Gil gil;
-    module_ = PyRef(checked(PyImport_ImportModule("lca_torch_flex"), "import lca_torch_flex (and torch) with " + python));
-    log(2, "torch_flex: Python " + std::string(Py_GetVersion()).substr(0, 6) + " from " + python + ", torch imported in " +
-               std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
+    module_ = std::move(peer.module);
+    log(2, "torch_flex: Python " + std::string(Py_GetVersion()).substr(0, 6) + " from " + peer.python +
+               ", torch imported in " + std::to_string(peer.seconds) + " s");
   }
   ~TorchFlex() override {
     if (!module_) return;

@@ -44,19 +44,13 @@ class VsaTriton final : public lca::IKernel {
     } catch (const nlohmann::json::exception& e) {
       throw Error(LCA_ERR_INVALID_ARGUMENT, std::string("vsa_triton: bad config: ") + e.what());
     }
-    const char* env = std::getenv("LCA_TORCH_PYTHON");
-    const std::string python = env && *env ? env : LCA_PEER_PYTHON;
-    const std::filesystem::path module_dir = std::filesystem::path(host.plugin_dir ? host.plugin_dir : ".") / "python";
-    for (const char* file : {"lca_vsa.py", "fastvideo_kernel_vsa/block_sparse_attn_triton.py"})
-      lca::require(std::filesystem::exists(module_dir / file), LCA_ERR_INVALID_ARGUMENT,
-                   "vsa_triton: " + (module_dir / file).string() +
-                       " is missing; rebuild (it is copied beside the plugin) or reinstall");
-    const auto t0 = std::chrono::steady_clock::now();
-    start_python(python, module_dir.string());
+    PeerModule peer =
+        import_peer_module(host, "vsa_triton", "lca_vsa", {"lca_vsa.py", "fastvideo_kernel_vsa/block_sparse_attn_triton.py"},
+                           "import lca_vsa (torch, triton, VSA's kernels)", LCA_PEER_PYTHON);
     Gil gil;
-    module_ = PyRef(checked(PyImport_ImportModule("lca_vsa"), "import lca_vsa (torch, triton, VSA's kernels) with " + python));
-    log(2, "vsa_triton: Python " + std::string(Py_GetVersion()).substr(0, 6) + " from " + python + ", VSA imported in " +
-               std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
+    module_ = std::move(peer.module);
+    log(2, "vsa_triton: Python " + std::string(Py_GetVersion()).substr(0, 6) + " from " + peer.python +
+               ", VSA imported in " + std::to_string(peer.seconds) + " s");
   }
   ~VsaTriton() override {
     if (!module_) return;

@@ -6,7 +6,7 @@
 # memory (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) for the scaling model's validation.
 # Usage: tools/dev/cp_scaling.sh [PHASES]  (default "build test quick balance probe offlink"; also
 #   "options": balanced with its defaults against each of BALANCED_OPTIONS, one JSON object each
-#   separated by spaces (default '{"one_call":"bwd"}' '{"balance_by":"tiles"}'), on cp-balance's
+#   separated by spaces (default '{"one_call":false}' '{"balance_by":"tiles"}'), on cp-balance's
 #   document masks (BALANCE_MASKS narrows them), TFLOP/s side by side)
 #   NP (default: every GPU), DEADLINE (seconds, default 560): a phase starts only while time is left;
 #   BALANCE_MASKS narrows cp-balance (default all), OFFLINK_MASKS the off-NVLink subset; SKIP_NP1=1
@@ -84,7 +84,7 @@ fi
 if has options && [ "$(left)" -gt 90 ]; then
   dm=${BALANCE_MASKS:-$(python3 -c "import json; print(','.join(m for m in json.load(open('manifests/matrices/cp-balance.json'))['masks'] if m not in ('full', 'causal')))")}
   opts=("{}")
-  if [ -n "${BALANCED_OPTIONS:-}" ]; then read -r -a more <<< "$BALANCED_OPTIONS"; else more=('{"one_call":"bwd"}' '{"balance_by":"tiles"}'); fi
+  if [ -n "${BALANCED_OPTIONS:-}" ]; then read -r -a more <<< "$BALANCED_OPTIONS"; else more=('{"one_call":false}' '{"balance_by":"tiles"}'); fi
   opts+=("${more[@]}")
   files=()
   for i in "${!opts[@]}"; do

@@ -241,7 +241,7 @@ TEST(CpGpu, LoongTrain) {
 }
 TEST(CpGpu, Balanced) {
   LCA_SKIP_UNLESS_READY();
-  run_all("balanced", {"{}", R"({"chunks_per_rank":5,"stages":2})", R"({"head_degree":2})",
+  run_all("balanced", {"{}", R"({"chunks_per_rank":5,"stages":2})", R"({"head_degree":2})", R"({"one_call":false})",
                        R"({"one_call":true,"balance_by":"tiles"})", R"({"one_call":"bwd","head_degree":2})"});
 }
 

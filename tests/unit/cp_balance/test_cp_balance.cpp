@@ -1,6 +1,7 @@
 // balance.hpp: the areas it counts are the mask's cells, every group holds as many chunks, and
 // the largest group's area beats the contiguous and zigzag splits on masks where work is uneven.
 #include "balance.hpp"
+#include "options.hpp"
 
 #include <lca/types.hpp>
 
@@ -219,3 +220,29 @@ TEST(CpBalance, TooFewTokensOrChunksAreRefusedByName) {
 }
 
 }  // namespace
+
+// balanced's default backward: one kernel call where every rank shares a node (the fetch goes
+// over NVLink), the staged, overlapped one across nodes or where "stages" is asked for; the
+// forward stays staged unless asked. Explicit one_call wins either way.
+TEST(CpBalancedOptions, OneCallBackwardByDefaultOnlyWithinANode) {
+  lca_problem p{};
+  p.heads_q = 64, p.heads_kv = 8, p.head_dim = 128;
+  auto choose = [&](const char* text, int world, int local) {
+    return lca::cp::choose_balanced(nlohmann::json::parse(text), world, local, p);
+  };
+  const auto one_node = choose("{}", 4, 4);
+  EXPECT_TRUE(one_node.one_call_bwd);
+  EXPECT_FALSE(one_node.one_call_fwd);
+  EXPECT_TRUE(choose("{}", 8, 8).one_call_bwd);
+  EXPECT_FALSE(choose("{}", 16, 8).one_call_bwd);    // two nodes
+  EXPECT_FALSE(choose("{}", 96, 8).one_call_bwd);
+  EXPECT_FALSE(choose(R"({"stages":2})", 4, 4).one_call_bwd);
+  EXPECT_FALSE(choose(R"({"stages":1})", 4, 4).one_call_bwd);
+  EXPECT_FALSE(choose(R"({"one_call":false})", 4, 4).one_call_bwd);
+  EXPECT_FALSE(choose(R"({"one_call":"fwd"})", 4, 4).one_call_bwd);
+  EXPECT_TRUE(choose(R"({"one_call":"fwd"})", 4, 4).one_call_fwd);
+  EXPECT_TRUE(choose(R"({"one_call":"bwd"})", 16, 8).one_call_bwd);  // asked for across nodes
+  EXPECT_TRUE(choose(R"({"one_call":"bwd","stages":2})", 4, 4).one_call_bwd);
+  const auto both = choose(R"({"one_call":true})", 16, 8);
+  EXPECT_TRUE(both.one_call_fwd && both.one_call_bwd);
+}

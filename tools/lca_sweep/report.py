@@ -1,7 +1,11 @@
 """flex_flash's cliffs in a sweep's results: per mask and pass, the worst share of its own full
 (same length, heads, head dim, dtype and pass) and the worst ratio to the best peer on the same
 cell, each with the cell and the plan_info that ran there; the cells that failed or errored; and
-a PASS or MISS against the targets.
+a PASS or MISS against the targets. A share of its own full splits, where both cells record
+flex_flash's tile counts, into the fill of the tiles it computed (the mask's cells over the cells of
+those tiles, against full's) and the rate a tile (the rest): a fill below the target is a limit of
+the tiling, out of reach for any schedule of these tiles; a low rate a tile is time the schedule or
+the kernel loses (fixed costs a row tile, masking, idle SMs).
 Rule: a ratio needs both cells `ok`; a cell that failed its check or errored is listed, never
 compared."""
 from collections import OrderedDict
@@ -122,6 +126,40 @@ def plan_info_text(cell):
     return str(info)
 
 
+TILE_COLS = 64  # flex_flash's schedules count column tiles of 64 (keys forward, queries backward)
+
+
+def tile_fill(cell):
+    """The mask's cells over the cells of the tiles flex_flash computed for the cell's pass, from its
+    plan_info (row tiles x mean tiles a row tile x tile rows x 64), or None where it lacks them."""
+    info = cell.get("plan_info")
+    entry = info.get({"fwd": "forward", "bwd": "backward"}.get(cell.get("pass"), "")) if isinstance(info, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    rows = entry.get("row_tiles", entry.get("key_tiles"))
+    tile_rows = entry.get("tile_rows", entry.get("tile_keys"))
+    mean, area = entry.get("mean_tiles"), cell.get("area")
+    if not all(isinstance(x, (int, float)) and x > 0 for x in (rows, tile_rows, mean, area)):
+        return None
+    return area / (rows * mean * tile_rows * TILE_COLS)
+
+
+def tile_split(own):
+    """(fill against full's, rate a tile against full's) of an own-full ratio, or None."""
+    cell_fill, full_fill = tile_fill(own["cell"]), tile_fill(own["full"])
+    if cell_fill is None or full_fill is None:
+        return None
+    fill = cell_fill / full_fill
+    return fill, own["ratio"] / fill
+
+
+def split_text(own):
+    split = tile_split(own)
+    if split is None:
+        return None
+    return f"tiles filled {split[0]:.2f} as full's, run at {split[1]:.2f} of full's rate a tile"
+
+
 def fmt(x):
     return "-" if x is None else f"{x:.2f}"
 
@@ -156,6 +194,8 @@ def text_lines(rows, problems, subject):
             out.append(f"    own:  {describe_cell(own['cell'])}: {tf(own['cell']['tflops'])} of full "
                        f"{tf(own['full']['tflops'])} TFLOP/s")
             out.append(f"          plan_info: {plan_info_text(own['cell'])}")
+            if split_text(own):
+                out.append(f"          {split_text(own)}")
         if peer:
             rest = ", ".join(f"{name_of(o)} {tf(o['tflops'])}" for o in sorted(peer["others"], key=lambda o: -o["tflops"]))
             out.append(f"    peer: {describe_cell(peer['cell'])}: {tf(peer['cell']['tflops'])} TFLOP/s vs {rest}")
@@ -179,7 +219,9 @@ def markdown_lines(rows, problems, subject):
         cells = []
         if own:
             cells.append(f"own: {describe_cell(own['cell'])}")
-            details.append(f"- {describe_cell(own['cell'])} ({fmt(own['ratio'])} of full): `{plan_info_text(own['cell'])}`")
+            split = f" ({split_text(own)})" if split_text(own) else ""
+            details.append(f"- {describe_cell(own['cell'])} ({fmt(own['ratio'])} of full{split}): "
+                           f"`{plan_info_text(own['cell'])}`")
         if peer:
             cells.append(f"peer: {describe_cell(peer['cell'])}")
             if peer["cell"] is not (own or {}).get("cell"):

@@ -2,7 +2,8 @@
 // same files for the same seed and other files for another; its draw covers what the sweep
 // promises (every head shape, lengths off the 64 grid, all 14 masks); every drawn mask is
 // accepted by the builtin provider and every spec loads as a matrix; report's ratios, worst
-// cells, plan_info and PASS / MISS on a hand-made results file, and its exit statuses.
+// cells, plan_info, a share split into tile fill and rate a tile, and PASS / MISS on hand-made results
+// files, and its exit statuses.
 #include "fixture_folder.hpp"
 #include "subprocess.hpp"
 
@@ -235,6 +236,39 @@ TEST(SweepReport, RatiosWorstCellsAndVerdicts) {
   EXPECT_HAS(md.out, "| causal | fwd | 2 | 0.82 | >= 0.85 | MISS | 1.01 torch_flex_tuned | PASS | 1.02 (>= 1.00) | PASS |");
   EXPECT_HAS(md.out, "| sliding_window | bwd | 1 | 0.69 | >= 0.70 | MISS |");
   EXPECT_HAS(md.out, "`kernel=fwd_test_kernel tile_rows=128`");
+}
+
+// An own-full share splits into the fill of the tiles flex_flash computed (the mask's cells over
+// those tiles' cells, against full's) and the rate a tile; without tile counts, no split.
+TEST(SweepReport, OwnShareSplitsIntoTileFillAndRateATile) {
+  SKIP_WITHOUT_PYTHON();
+  TempDir dir("lca_sweep");
+  const int n = 12800;
+  auto with_tiles = [](json c, int rows, double mean, int tile_rows, double area) {
+    c["area"] = area;
+    c["plan_info"] = {{"forward", {{"kernel", "k"}, {"row_tiles", rows}, {"mean_tiles", mean}, {"tile_rows", tile_rows}}},
+                      {"backward", {{"kernel", "b"}, {"key_tiles", rows}, {"mean_tiles", mean}, {"tile_keys", tile_rows}}}};
+    return c;
+  };
+  const double full_cells = 100.0 * 200 * 128 * 64;  // every cell of its tiles
+  // causal_document: 50 tiles a row tile, 60% of their cells in the mask; 0.5 of full's TFLOP/s.
+  const double doc_cells = 0.6 * 100 * 50 * 128 * 64;
+  write_results(dir / "results.jsonl",
+                {with_tiles(cell("flex_flash", "full", n, "fwd", 500), 100, 200, 128, full_cells),
+                 with_tiles(cell("flex_flash", "causal_document:dist=uniform:300-400", n, "fwd", 250), 100, 50, 128,
+                            doc_cells),
+                 with_tiles(cell("flex_flash", "full", n, "bwd", 400), 100, 200, 128, full_cells),
+                 cell("flex_flash", "causal_document:dist=uniform:300-400", n, "bwd", 300)});
+  const auto r = sweep({"report", (dir / "results.jsonl").string()});
+  EXPECT_EQ(r.exit_code, 1) << describe(r);
+  EXPECT_HAS(r.out, "causal_document:dist=uniform:300-400  12800 tokens  64:8 d128 bf16 fwd: 250.0 of full 500.0 TFLOP/s\n"
+                    "          plan_info: kernel=k mean_tiles=50.0 row_tiles=100 tile_rows=128\n"
+                    "          tiles filled 0.60 as full's, run at 0.83 of full's rate a tile");
+  // The backward cell has no plan_info: its share stands alone.
+  EXPECT_HAS(line_with(r.out, "causal_document bwd ("), "own full 0.75 (>= 0.80) MISS");
+  EXPECT_EQ(r.out.find("tiles filled"), r.out.rfind("tiles filled")) << r.out;  // the forward's only
+  const auto md = sweep({"report", (dir / "results.jsonl").string(), "--markdown"});
+  EXPECT_HAS(md.out, "(0.50 of full (tiles filled 0.60 as full's, run at 0.83 of full's rate a tile)): `kernel=k");
 }
 
 TEST(SweepReport, AllTargetsMetExitsZeroAndBadInputTwo) {

@@ -133,7 +133,9 @@ def tile_fill(cell):
     """The mask's cells over the cells of the tiles flex_flash computed for the cell's pass, from its
     plan_info (row tiles x mean tiles a row tile x tile rows x 64), or None where it lacks them."""
     info = cell.get("plan_info")
-    entry = info.get({"fwd": "forward", "bwd": "backward"}.get(cell.get("pass"), "")) if isinstance(info, dict) else None
+    if not isinstance(info, dict):
+        return None
+    entry = info.get({"fwd": "forward", "bwd": "backward"}.get(cell.get("pass"), ""))
     if not isinstance(entry, dict):
         return None
     rows = entry.get("row_tiles", entry.get("key_tiles"))

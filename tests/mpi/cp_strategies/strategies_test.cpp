@@ -204,9 +204,9 @@ TEST(CpStrategies, Usp) { run_all("usp", {"{}", "{\"ulysses_degree\":2}", "{\"ul
 TEST(CpStrategies, LoongTrain) {
   run_all("loongtrain", {"{}", "{\"head_degree\":1,\"window_size\":2}", "{\"head_degree\":2,\"window_size\":1}"});
 }
-// The defaults (the ranks share a node here: the backward in one call); the staged backward; odd chunk
-// counts in two overlapped stages; one-token chunks (S < W x chunks); Ulysses inside; chunks dealt
-// out by tiles; every stage in one call (also with Ulysses inside and with one-token chunks).
+// The defaults (the ranks share a node here: the backward in one call); the staged backward; odd
+// chunk counts in two overlapped stages; one-token chunks (S < W x chunks); Ulysses inside; chunks
+// dealt out by tiles; every stage in one call (also with Ulysses inside and with one-token chunks).
 TEST(CpStrategies, Balanced) {
   run_all("balanced", {"{}", "{\"one_call\":false}", "{\"chunks_per_rank\":3,\"stages\":2}",
                        "{\"chunks_per_rank\":64,\"stages\":3}", "{\"head_degree\":2}",

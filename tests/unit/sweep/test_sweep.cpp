@@ -2,8 +2,8 @@
 // same files for the same seed and other files for another; its draw covers what the sweep
 // promises (every head shape, lengths off the 64 grid, all 14 masks); every drawn mask is
 // accepted by the builtin provider and every spec loads as a matrix; report's ratios, worst
-// cells, plan_info, a share split into tile fill and rate a tile, and PASS / MISS on hand-made results
-// files, and its exit statuses.
+// cells, plan_info, a share split into tile fill and rate a tile, and PASS / MISS on hand-made
+// results files, and its exit statuses.
 #include "fixture_folder.hpp"
 #include "subprocess.hpp"
 
@@ -246,8 +246,9 @@ TEST(SweepReport, OwnShareSplitsIntoTileFillAndRateATile) {
   const int n = 12800;
   auto with_tiles = [](json c, int rows, double mean, int tile_rows, double area) {
     c["area"] = area;
-    c["plan_info"] = {{"forward", {{"kernel", "k"}, {"row_tiles", rows}, {"mean_tiles", mean}, {"tile_rows", tile_rows}}},
-                      {"backward", {{"kernel", "b"}, {"key_tiles", rows}, {"mean_tiles", mean}, {"tile_keys", tile_rows}}}};
+    c["plan_info"] = {
+        {"forward", {{"kernel", "k"}, {"row_tiles", rows}, {"mean_tiles", mean}, {"tile_rows", tile_rows}}},
+        {"backward", {{"kernel", "b"}, {"key_tiles", rows}, {"mean_tiles", mean}, {"tile_keys", tile_rows}}}};
     return c;
   };
   const double full_cells = 100.0 * 200 * 128 * 64;  // every cell of its tiles
@@ -261,9 +262,10 @@ TEST(SweepReport, OwnShareSplitsIntoTileFillAndRateATile) {
                  cell("flex_flash", "causal_document:dist=uniform:300-400", n, "bwd", 300)});
   const auto r = sweep({"report", (dir / "results.jsonl").string()});
   EXPECT_EQ(r.exit_code, 1) << describe(r);
-  EXPECT_HAS(r.out, "causal_document:dist=uniform:300-400  12800 tokens  64:8 d128 bf16 fwd: 250.0 of full 500.0 TFLOP/s\n"
-                    "          plan_info: kernel=k mean_tiles=50.0 row_tiles=100 tile_rows=128\n"
-                    "          tiles filled 0.60 as full's, run at 0.83 of full's rate a tile");
+  EXPECT_HAS(r.out,
+             "causal_document:dist=uniform:300-400  12800 tokens  64:8 d128 bf16 fwd: 250.0 of full 500.0 TFLOP/s\n"
+             "          plan_info: kernel=k mean_tiles=50.0 row_tiles=100 tile_rows=128\n"
+             "          tiles filled 0.60 as full's, run at 0.83 of full's rate a tile");
   // The backward cell has no plan_info: its share stands alone.
   EXPECT_HAS(line_with(r.out, "causal_document bwd ("), "own full 0.75 (>= 0.80) MISS");
   EXPECT_EQ(r.out.find("tiles filled"), r.out.rfind("tiles filled")) << r.out;  // the forward's only

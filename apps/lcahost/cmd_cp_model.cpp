@@ -331,7 +331,11 @@ int cmd_cp_model(const Options& opt) {
       int64_t at = 0;
       core::model::KernelRate rate = su.rate;
       rate_for(spec, P, r.value("dtype", "bf16"), &at, rate);
-      const nlohmann::json run_options = run["cp"].value("options", nlohmann::json::object());
+      // What ran: the cell's configuration with every default explicit where the record has one
+      // (a later default must not change what an old record replays), else the options as given.
+      const nlohmann::json run_options =
+          r.contains("cp_config") && r["cp_config"].is_object() ? r["cp_config"]
+                                                                 : run["cp"].value("options", nlohmann::json::object());
       core::model::KernelRate by_area = rate;
       by_area.unit_ms = 0;
       const Prediction pa = core::model::predict(P, strategy, run_options, W, m, by_area);

@@ -5,6 +5,7 @@
 #include "core/report/results.hpp"
 #include "core/run/cp_timing.hpp"
 #include "core/run/runner.hpp"
+#include "options.hpp"  // plugins/cp/common: the configuration each strategy runs
 
 #include <lca/checked.hpp>
 #include <lca/error.hpp>
@@ -25,6 +26,20 @@
 
 namespace lca::core {
 namespace {
+
+// What the strategy `name` runs for these options, world and heads, every default made explicit;
+// null where the host does not know the strategy (a plugin of another project) or it refuses the
+// heads (the cell then says why).
+nlohmann::json config_that_runs(const std::string& name, const nlohmann::json& options, int W, int local_size,
+                                const HeadConfig& heads) {
+  lca_problem p{};
+  p.heads_q = heads.heads_q, p.heads_kv = heads.heads_kv;
+  try {
+    return cp::explicit_options(name, cp::choose_strategy(name, options, W, local_size, p));
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
 
 lca_tensor thd(void* data, int32_t dtype, int64_t tokens, int64_t heads, int64_t d) {
   return lca_tensor{sizeof(lca_tensor), dtype, data, {tokens, heads, d}, {heads * d, d, 1}};
@@ -270,6 +285,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                 const bool bwd = pass == "bwd";
                 CellResult r;
                 r.cell = Cell{srec->name() + "/" + cp.kernel, dev, mspec, S, heads, D, dtype_name, pass, ""};
+                r.cp_config = config_that_runs(srec->name(), cp_options, W, world.local_size(), heads);
                 // Only rank 0 read the resumed file: it tells the others which cells are done.
                 if (options.resume &&
                     reduce(control, root && done.count(r.cell.key()) ? 1.0 : 0.0, LCA_REDUCE_MAX) > 0) {

@@ -187,6 +187,7 @@ nlohmann::json CellResult::to_json() const {
   if (check.ran) j["check"] = check.to_json();
   if (!plan_info.is_null()) j["plan_info"] = plan_info;
   if (!cp_ranks.is_null()) j["cp_ranks"] = cp_ranks;
+  if (!cp_config.is_null()) j["cp_config"] = cp_config;
   j["seconds"] = seconds;
   return j;
 }
@@ -222,6 +223,7 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
                                           e.value("non_finite", int64_t{0}), 0};
   }
   if (j.contains("cp_ranks")) r.cp_ranks = j["cp_ranks"];
+  if (j.contains("cp_config")) r.cp_config = j["cp_config"];
   if (j.contains("plan_info")) r.plan_info = j["plan_info"];
   r.seconds = j.value("seconds", 0.0);
   return r;

@@ -43,6 +43,9 @@ struct CellResult {
   // CP cells: per-rank figures as {min, max} over ranks (time_ms, comm_ms, compute_ms, peak
   // bytes, tflops); null for single-device cells.
   nlohmann::json cp_ranks;
+  // CP cells: the strategy's options with every default made explicit (cp::explicit_options), the
+  // configuration that ran; null for single-device cells and strategies the host does not know.
+  nlohmann::json cp_config;
 
   nlohmann::json to_json() const;
   static CellResult from_json(const nlohmann::json& j);

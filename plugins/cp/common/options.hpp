@@ -164,6 +164,29 @@ inline EngineOptions choose_balanced(const nlohmann::json& j, int W, int local_s
   return o;
 }
 
+// The options, in the strategy's own vocabulary and every one explicit, that give `o` again through
+// choose_strategy(name, ...) at the same world, node size and heads: what a CP record keeps as the
+// configuration that ran (cp_config), so that a later change of a default does not change what the
+// record says ran. Unknown names give null.
+inline nlohmann::json explicit_options(const std::string& name, const EngineOptions& o) {
+  if (name == "ulysses") return nlohmann::json::object();
+  if (name == "ring_p2p" || name == "ring_allgather") return {{"zigzag", o.zigzag}};
+  if (name == "usp") return {{"ulysses_degree", o.head_degree}, {"zigzag", o.zigzag}};
+  if (name == "loongtrain") return {{"head_degree", o.head_degree}, {"window_size", o.window}, {"zigzag", o.zigzag}};
+  if (name == "balanced") {
+    nlohmann::json j = {{"head_degree", o.head_degree}, {"chunks_per_rank", o.chunks_per_group},
+                        {"balance_by", o.balance_by == BalanceBy::tiles ? "tiles" : "cells"}};
+    if (o.one_call_fwd && o.one_call_bwd) {
+      j["one_call"] = true;  // every stage in one call: "stages" does not apply (and is refused with it)
+    } else {
+      j["one_call"] = o.one_call_fwd ? nlohmann::json("fwd") : o.one_call_bwd ? nlohmann::json("bwd") : nlohmann::json(false);
+      j["stages"] = o.remote_stages;
+    }
+    return j;
+  }
+  return nullptr;
+}
+
 // The configuration of the strategy `name` (a plugin name); throws for an unknown one.
 inline EngineOptions choose_strategy(const std::string& name, const nlohmann::json& j, int W, int local_size,
                                      const lca_problem& p) {

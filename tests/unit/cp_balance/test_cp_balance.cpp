@@ -1,5 +1,6 @@
 // balance.hpp: the areas it counts are the mask's cells, every group holds as many chunks, and
 // the largest group's area beats the contiguous and zigzag splits on masks where work is uneven.
+// options.hpp: balanced's default backward, and the explicit options a CP record keeps.
 #include "balance.hpp"
 #include "options.hpp"
 
@@ -9,6 +10,9 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -245,4 +249,57 @@ TEST(CpBalancedOptions, OneCallBackwardByDefaultOnlyWithinANode) {
   EXPECT_TRUE(choose(R"({"one_call":"bwd","stages":2})", 4, 4).one_call_bwd);
   const auto both = choose(R"({"one_call":true})", 16, 8);
   EXPECT_TRUE(both.one_call_fwd && both.one_call_bwd);
+}
+
+// What a CP record keeps as the configuration that ran (explicit_options) gives the same engine
+// configuration again, for every strategy, option set, world and node size the choice takes, and
+// names every default: a later change of a default leaves it as it was.
+TEST(CpStrategyOptions, ExplicitOptionsGiveTheSameConfigurationBack) {
+  using lca::cp::choose_strategy;
+  using lca::cp::EngineOptions;
+  using lca::cp::explicit_options;
+  auto same = [](const EngineOptions& a, const EngineOptions& b) {
+    return a.head_degree == b.head_degree && a.zigzag == b.zigzag && a.mode == b.mode && a.window == b.window &&
+           a.chunks_per_group == b.chunks_per_group && a.remote_stages == b.remote_stages &&
+           a.balance_by == b.balance_by && a.one_call_fwd == b.one_call_fwd && a.one_call_bwd == b.one_call_bwd;
+  };
+  const std::vector<std::pair<std::string, std::vector<const char*>>> cases = {
+      {"ulysses", {"{}"}},
+      {"ring_p2p", {"{}", R"({"zigzag":false})"}},
+      {"ring_allgather", {"{}", R"({"zigzag":false})"}},
+      {"usp", {"{}", R"({"ulysses_degree":2})", R"({"ulysses_degree":1,"zigzag":false})"}},
+      {"loongtrain", {"{}", R"({"head_degree":1,"window_size":2})", R"({"head_degree":2})"}},
+      {"balanced",
+       {"{}", R"({"one_call":false})", R"({"stages":2,"chunks_per_rank":3})", R"({"one_call":true})",
+        R"({"one_call":"fwd","stages":3})", R"({"one_call":"bwd","balance_by":"tiles","head_degree":2})"}}};
+  int checked = 0;
+  for (const auto& [name, option_sets] : cases)
+    for (const char* text : option_sets)
+      for (const auto& [world, local] : std::vector<std::pair<int, int>>{{2, 2}, {4, 4}, {8, 8}, {16, 8}, {96, 8}})
+        for (const auto& [hq, hkv] : std::vector<std::pair<int, int>>{{64, 8}, {8, 1}, {32, 32}}) {
+          lca_problem p{};
+          p.heads_q = hq, p.heads_kv = hkv, p.head_dim = 128;
+          EngineOptions first;
+          try {
+            first = choose_strategy(name, nlohmann::json::parse(text), world, local, p);
+          } catch (const lca::Error&) {
+            continue;  // refused (heads that do not shard, a degree that does not divide): nothing ran
+          }
+          const nlohmann::json kept = explicit_options(name, first);
+          ASSERT_TRUE(kept.is_object()) << name;
+          const EngineOptions again = choose_strategy(name, kept, world, local, p);
+          EXPECT_TRUE(same(first, again)) << name << " " << text << " at " << world << "/" << local << ": "
+                                          << kept.dump();
+          EXPECT_EQ(explicit_options(name, again), kept) << name << " " << text;
+          ++checked;
+        }
+  EXPECT_GT(checked, 100);
+  // balanced's default backward is named: one call within a node, staged across nodes.
+  lca_problem p{};
+  p.heads_q = 64, p.heads_kv = 8, p.head_dim = 128;
+  EXPECT_EQ(explicit_options("balanced", choose_strategy("balanced", nlohmann::json::object(), 4, 4, p))["one_call"],
+            "bwd");
+  EXPECT_EQ(explicit_options("balanced", choose_strategy("balanced", nlohmann::json::object(), 16, 8, p))["one_call"],
+            false);
+  EXPECT_TRUE(explicit_options("someone_elses", EngineOptions{}).is_null());
 }

@@ -52,7 +52,11 @@ struct Results {
   std::string error;  // the plugin's last_error when status != LCA_OK
 };
 
-// cpu_reference with fp64 accumulation on the fp32 values of the rounded inputs.
+// cpu_reference with fp64 accumulation on the fp32 values of the rounded inputs. A result is kept
+// on disk (LCA_TEST_REFERENCE_CACHE, else reference_cache in the build tree; "off": never) under a
+// key of the problem, the inputs' bytes, the pass and the cpu_reference library's build, and read
+// back by the next run that asks for the same: a kernel's test binary run once a variant computes
+// each reference once.
 Results run_cpu_reference(const Problem& p, const Inputs& in, bool backward);
 
 // A CUDA kernel plugin on device 0, inputs in the problem's dtype, through `alloc`. The backward

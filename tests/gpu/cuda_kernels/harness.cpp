@@ -179,7 +179,8 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
 
 std::filesystem::path reference_cache_file(const Problem& p, const Inputs& in, bool backward) {
   const char* env = std::getenv("LCA_TEST_REFERENCE_CACHE");
-  const std::string dir = env != nullptr ? env : (std::filesystem::path(LCA_TEST_BINARY_DIR) / "reference_cache").string();
+  // Beside the plugin folder (build/plugins): build/reference_cache.
+  const std::string dir = env != nullptr ? env : (plugin_dir().parent_path() / "reference_cache").string();
   if (dir.empty() || dir == "off") return {};
   std::error_code ec;
   const auto lib = plugin_dir() / "liblca_cpu_reference.so";

@@ -761,11 +761,13 @@ TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
     const auto items = backward_items(s, 8, 8, 132, BwdPairing::kAuto);
     EXPECT_TRUE(lca_flex_flash::plain_walks(items)) << seqlen;
     const double walk = lca_flex_flash::mean_tiles(s) * 8;
-    EXPECT_EQ(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, true), seqlen <= 65536)
+    const double places = lca_flex_flash::group_places(seqlen, 8);
+    EXPECT_EQ(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, true, places),
+              seqlen <= 65536)
         << seqlen << ": " << walk;
     if (seqlen == 65536) {
       EXPECT_GT(walk, lca_flex_flash::kSkipWalkLimit);
-      EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, false));
+      EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, false, places));
     }
   }
   auto c = p.generate("causal", "{}", 16384, 42);
@@ -773,6 +775,49 @@ TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
   const TileSchedule s = build_schedule(*c.mask, /*by_query=*/false, 128);
   EXPECT_FALSE(lca_flex_flash::plain_walks(backward_items(s, 8, 8, 132, BwdPairing::kAuto)));
   EXPECT_TRUE(lca_flex_flash::plain_walks(backward_items(s, 8, 8, 132, BwdPairing::kNone)));
+}
+
+// The skip kernel's second limit, the places a walk passes over (kSkipPassedPlacesLimit), on the
+// cells it was measured on (ab-bwd-gqa-sparse-groups, H100; blocks of 64, 8 kv heads): the skip kernel
+// on matched blocks where it held its rate, else the kernel without the skip on the same blocks
+// unmatched, plain walks rotated, unsplit, one kv head after another: the configuration that
+// {"bwd_match": "off", "backward": "sm90_rotate"} ran there (1.03-1.47x the skip kernel).
+TEST(FlexSchedule, SparseWalksThatPassOverManyPlacesRotateInsteadOfSkipping) {
+  struct Cell {
+    int64_t seqlen;
+    double kept;
+    int32_t group;
+    bool skip;
+  };
+  const Cell cells[] = {
+      {40000, 0.1, 1, true},   {40000, 0.1, 2, true},   {40000, 0.1, 4, true},   {40000, 0.1, 8, false},
+      {40000, 0.25, 4, true},  {40000, 0.25, 8, false}, {40000, 0.5, 8, true},   {98304, 0.1, 1, true},
+      {98304, 0.1, 2, false},  {98304, 0.25, 2, true},  {98304, 0.1, 4, false},  {98304, 0.25, 4, false},
+      {98304, 0.5, 4, true},   {98304, 0.1, 8, false},  {98304, 0.25, 8, false}, {131072, 0.1, 1, true},
+  };
+  for (const Cell& c : cells) {
+    const std::string params = "{\"block\": 64, \"sparsity\": " + std::to_string(c.kept) + "}";
+    auto g = BuiltinProvider::instance().generate("block_sparse", params, c.seqlen, 23);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    const std::string at = std::to_string(c.seqlen) + " kept " + std::to_string(c.kept) + " group " +
+                           std::to_string(c.group);
+    const TileSchedule s = lca_flex_flash::default_backward_schedule(*g.mask, 391.0 / 196.0 /* choice.cu: plan()'s on Hopper */, c.group, 8, 132, lca_flex_flash::BwdMatch::kAuto);
+    EXPECT_EQ(!s.key_blocks.empty(), c.skip) << at;
+    const auto b = lca_flex_flash::default_backward_blocks(s, 8, c.group, 132, BwdPairing::kAuto);
+    const bool plain = lca_flex_flash::plain_walks(b.items), alike = lca_flex_flash::alike_walks(b.items);
+    const auto kernel = lca_flex_flash::sm90_backward_for(
+        lca_flex_flash::BackwardChoice::sm90_auto, lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * c.group,
+        plain, alike, !s.key_blocks.empty(), lca_flex_flash::group_places(c.seqlen, c.group));
+    EXPECT_EQ(kernel, c.skip ? lca_flex_flash::Sm90Backward::skip : lca_flex_flash::Sm90Backward::rotate) << at;
+    EXPECT_EQ(b.kv_heads_together, 1) << at;
+    if (!c.skip) {
+      EXPECT_TRUE(plain) << at;  // alike or not (block-sparse walks are of many lengths)
+      for (const auto& it : b.items) ASSERT_LT(it.slot, 0) << at << ": a split walk does not rotate";
+      EXPECT_GT(lca_flex_flash::group_places(c.seqlen, c.group) - lca_flex_flash::mean_tiles(s) * c.group,
+                lca_flex_flash::kSkipPassedPlacesLimit)
+          << at;
+    }
+  }
 }
 
 // Past the skip kernel's limit for plain walks (kPlainSkipWalkLimit iterations), the default
@@ -795,15 +840,17 @@ TEST(FlexSchedule, LongPlainWalksRotateWhereTheyAreAlike) {
     const double walk = lca_flex_flash::mean_tiles(s) * 8;
     const bool plain = lca_flex_flash::plain_walks(b.items), alike = lca_flex_flash::alike_walks(b.items);
     // The launcher's choice (backward_sm90.cuh) and its rotation rule agree.
-    const bool rotates = lca_flex_flash::default_sm90_backward(lca_flex_flash::idle_share(s), walk, plain, alike) ==
+    const double places = lca_flex_flash::group_places(seqlen, 8);
+    const bool rotates = lca_flex_flash::default_sm90_backward(lca_flex_flash::idle_share(s), walk, plain, alike, places) ==
                          lca_flex_flash::Sm90Backward::rotate;
-    EXPECT_EQ(rotates, lca_flex_flash::default_sm90_rotate_backward(walk, plain, alike)) << name << " " << seqlen;
+    EXPECT_EQ(rotates, lca_flex_flash::default_sm90_rotate_backward(lca_flex_flash::idle_share(s), walk, plain, alike, places))
+        << name << " " << seqlen;
     EXPECT_EQ(rotates, rotating.count({name, seqlen}) == 1) << name << " " << seqlen << ": walk " << walk;
     // Long plain walks of many lengths: what the rule leaves out.
     EXPECT_EQ(plain && !alike && walk > lca_flex_flash::kPlainSkipWalkLimit, long_unlike.count({name, seqlen}) == 1)
         << name << " " << seqlen;
     if (rotates) {
-      EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, plain)) << name;
+      EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, plain, places)) << name;
       EXPECT_EQ(b.kv_heads_together, 1) << name << " " << seqlen;
     }
   });
@@ -1033,7 +1080,8 @@ TEST(FlexSchedule, WindowsHaveFirstWritersOfDq) {
       return lca_flex_flash::dq_first_runs_in(
           v, lca_flex_flash::sm90_backward_for(v, lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 2,
                                                lca_flex_flash::plain_walks(b.items),
-                                               lca_flex_flash::alike_walks(b.items), /*matched=*/false));
+                                               lca_flex_flash::alike_walks(b.items), /*matched=*/false,
+                                               lca_flex_flash::group_places(8192, 2)));
     };
     EXPECT_TRUE(runs_under("")) << name;
     EXPECT_TRUE(runs_under("sm90_noskip")) << name;

@@ -9,7 +9,8 @@
 #           preset such as paper-sparse (the whole preset, 32K-128K with GQA: far longer than a call)
 #   DEADLINE=seconds (default 560): the matrix stops in time for the report; RESUME=1 continues
 #   the results file of the same matrix (results/vsa/, kept on a warm machine) in a later call;
-#   SKIP_BUILD=1, SKIP_TESTS=1 skip those stages.
+#   SKIP_BUILD=1, SKIP_TESTS=1 skip those stages; LCAHOST_ARGS adds lcahost arguments to the run
+#   (e.g. "--warmup-ms 300 --repeat-ms 300" to fit a whole preset in fewer calls).
 # Everything lands in results/vsa/; to $OUT go summary.txt (this output), the results .jsonl,
 # compare.md (tools/dev/vsa_compare.py), report.tgz (lcahost report) and logs.tgz.
 set -uo pipefail
@@ -98,7 +99,7 @@ if [ "$left" -lt 30 ]; then
   echo "   no time left for the matrix ($left s); run again with SKIP_BUILD=1 SKIP_TESTS=1 on the warm machine"
 else
   timeout --signal=INT --kill-after=15 "$left" "$build/bin/lcahost" --plugins "$build/plugins" \
-    --matrix "$matrix" --kernels "$kernels" "${io[@]}" > "$work/run.log" 2>&1
+    --matrix "$matrix" --kernels "$kernels" "${io[@]}" ${LCAHOST_ARGS:-} > "$work/run.log" 2>&1
   status=$?
   grep -v -E "^\s*$" "$work/run.log" | grep -v " X " | tail -80 | cut -c1-220
   [ "$status" = 124 ] && echo "   stopped at the deadline: RESUME=1 SKIP_BUILD=1 SKIP_TESTS=1 $0 $* finishes it"

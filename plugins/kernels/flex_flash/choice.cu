@@ -74,7 +74,7 @@ DqFirst backward_dq_first(const Options& o, const TileSchedule& s, const std::ve
     return DqFirst::kOff;
   if (!dq_first_runs_in(o.backward, sm90_backward_for(o.backward, idle_share(s), mean_tiles(s) * group, true,
                                                       alike_walks(items), !s.key_blocks.empty(),
-                                                      group_places(s.cols, group))))
+                                                      span_places(mean_span(s), group))))
     return DqFirst::kOff;
   return o.dq_first == Switch::kOn ? DqFirst::kAll : DqFirst::kTimed;
 }

@@ -28,7 +28,7 @@ using lca::require;
 struct UploadedSchedule {
   DeviceBuffer runs, run_offsets, bits, order, items, counter, key_blocks;
   int32_t row_tiles = 0, tile_rows = 0, item_count = 0, busy_tiles = 0;
-  float idle_share = 0.f, mean_tiles = 0.f;
+  float idle_share = 0.f, mean_tiles = 0.f, mean_span = 0.f;
   bool plain_walks = false, alike_walks = false;
   int32_t max_tiles = 0;
   int32_t kv_heads_together = 1;
@@ -36,7 +36,7 @@ struct UploadedSchedule {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
                           row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count,
                           counter.as<int32_t>(), busy_tiles, plain_walks, alike_walks, max_tiles, kv_heads_together,
-                          key_blocks.as<int32_t>()};
+                          key_blocks.as<int32_t>(), mean_span};
   }
 };
 
@@ -66,6 +66,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.tile_rows = s.tile_rows;
   u.idle_share = static_cast<float>(idle_share(s));
   u.mean_tiles = static_cast<float>(mean_tiles(s));
+  u.mean_span = static_cast<float>(mean_span(s));
   u.max_tiles = s.max_tiles;
   return u;
 }
@@ -126,7 +127,8 @@ class FlexPlan final : public lca::IPlan {
                      {"dq_first_writers", launched_dq_first_writers(b)},
                      {"dv_first", launched_dv_first(b)},
                      {"idle_share", rounded(bwd.idle_share)},
-                     {"mean_tiles", rounded(bwd.mean_tiles)}};
+                     {"mean_tiles", rounded(bwd.mean_tiles)},
+                     {"mean_span", rounded(bwd.mean_span)}};
     return j.dump();
   }
   void release(const lca_exec& exec) override {

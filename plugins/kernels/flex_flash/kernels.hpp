@@ -49,6 +49,7 @@ struct DeviceSchedule {
   // Backward only, matched schedules (TileSchedule::key_blocks, 2 a key tile), else null: the
   // 64-key block of each half of each key tile; the skip kernel runs them.
   const int32_t* key_blocks = nullptr;
+  float mean_span = 0.f;  // column tiles from a row tile's first scheduled one to its last (mean_span)
 };
 
 // Floats in one of the split walks' fp32 accumulators (dK's; dV's follows it): BwdParams::dkv_accum.
@@ -265,28 +266,29 @@ constexpr float kSkipWalkLimit = 4096.f;
 // blocks together there is not known; the kernel without the skip holds its rate at every length.
 constexpr float kPlainSkipWalkLimit = 7000.f;
 // ... and where a block's walk passes over at most this many (query head of the group, 64-row query
-// tile) places without visiting them: group x query tiles - the mean walk (group_places - mean_walk).
+// tile) places without visiting them: group x (the walk's span - its tiles), mean_span and
+// mean_tiles (span_places - mean_walk).
 // A rotated walk starts at the place its kv head's running blocks published and skips to the
 // next tile it visits, so blocks whose walks visit few of the places drift apart; once the places
 // they drift over hold more Q and dO than L2 keeps, each block reads its tiles from DRAM. Measured
 // (H100, d128, blocks of 64, ab-bwd-gqa-sparse-groups: groups 1, 2, 4 and 8 over 8 kv heads, kept
 // 0.1-0.75, 40000 and 98304 tokens, the skip kernel on matched blocks against the kernel without
-// the skip, walks rotated): every cell passing over at most 2052 places held the skip kernel's rate
-// (389-517 TFLOP/s, 1.15-1.43x the others); from 2510 up it lost, 1.03x at 2510 (16:8, 98304, kept 0.1)
-// and 1.2-1.6x at 2920-7096 (160-252 against 247-306 rotated; 64:8 at kept 0.1 and 0.25, 32:8 at
-// 98304). The limit lies between; 64:8 at 32768 tokens, kept 0.25 (2400 places), ran the skip kernel
-// at 415 in one run and 309 in another, rotated at 301. MHA keeps the skip to 128K at these
-// fractions (1672 places at 128K, kept 0.1). Not measured at head dim 64 (half the bytes a place) or
-// on the H200's 60 MB L2.
+// the skip, walks rotated): every cell passing over at most 2014 places held the skip kernel's rate
+// (389-517 TFLOP/s, 1.15-1.43x the others); from 2470 up it lost, 1.03x at 2470 (16:8, 98304, kept 0.1)
+// and 1.2-1.6x at 2796-9878 (160-252 against 247-306 rotated; 64:8 at kept 0.1 and 0.25, 32:8 at
+// 98304); test_flex_schedule prints each cell's count. The limit lies between; 64:8 at 32768 tokens,
+// kept 0.25, ran the skip kernel at 415 in one run and 309 in another, rotated at 301. MHA keeps the
+// skip to 128K at these fractions (1664 places at 128K, kept 0.1). A short document's walk passes
+// over next to nothing (its span is its document), so the limit leaves document masks as they were.
+// Not measured at head dim 64 (half the bytes a place) or on the H200's 60 MB L2.
 constexpr double kSkipPassedPlacesLimit = 2300.;
-// The (query head of the group, 64-row query tile) places of a backward walk's whole range: what
+// The (query head of the group, 64-row query tile) places of a backward walk's range, from its
+// first query tile to its last (mean_span) in each head of the group: what
 // default_sm90_skip_backward weighs a walk (its mean length) against.
-constexpr double group_places(int64_t seqlen_q, int32_t group) {
-  return double((seqlen_q + kTileCols - 1) / kTileCols) * group;
-}
-constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, bool plain_walks, double group_places) {
+constexpr double span_places(double mean_span, int32_t group) { return mean_span * group; }
+constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, bool plain_walks, double span_places) {
   return idle_share > kIdleShareForSkip && mean_walk <= (plain_walks ? kPlainSkipWalkLimit : kSkipWalkLimit) &&
-         group_places - mean_walk <= kSkipPassedPlacesLimit;
+         span_places - mean_walk <= kSkipPassedPlacesLimit;
 }
 // Plain walks longer than kPlainSkipWalkLimit on average rotate (kRotate) in the kernel without the
 // skip: each block starts where the running blocks of its kv head are, as the skip kernel's do.
@@ -307,10 +309,10 @@ constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, b
 // those cells (block-sparse walks of many lengths) the rotated kernel without the skip ran 0.96-1.30x
 // the plain one, 1.03-1.58x the skip kernel (H100, same run).
 constexpr bool default_sm90_rotate_backward(double idle_share, double mean_walk, bool plain_walks, bool alike_walks,
-                                            double group_places) {
+                                            double span_places) {
   if (!plain_walks) return false;
   if (mean_walk > kPlainSkipWalkLimit) return alike_walks;
-  return idle_share > kIdleShareForSkip && group_places - mean_walk > kSkipPassedPlacesLimit;
+  return idle_share > kIdleShareForSkip && span_places - mean_walk > kSkipPassedPlacesLimit;
 }
 // The default Hopper backward kernel (the "backward" option absent), from the backward schedule: the
 // skip kernel (its plain walks rotated), the kernel without the skip with rotated plain walks, or
@@ -318,9 +320,9 @@ constexpr bool default_sm90_rotate_backward(double idle_share, double mean_walk,
 // kPlainSkipWalkLimit; other walks never rotate).
 enum class Sm90Backward { noskip, rotate, skip };
 constexpr Sm90Backward default_sm90_backward(double idle_share, double mean_walk, bool plain_walks, bool alike_walks,
-                                             double group_places) {
-  if (default_sm90_skip_backward(idle_share, mean_walk, plain_walks, group_places)) return Sm90Backward::skip;
-  if (default_sm90_rotate_backward(idle_share, mean_walk, plain_walks, alike_walks, group_places))
+                                             double span_places) {
+  if (default_sm90_skip_backward(idle_share, mean_walk, plain_walks, span_places)) return Sm90Backward::skip;
+  if (default_sm90_rotate_backward(idle_share, mean_walk, plain_walks, alike_walks, span_places))
     return Sm90Backward::rotate;
   return Sm90Backward::noskip;
 }
@@ -330,12 +332,12 @@ constexpr Sm90Backward default_sm90_backward(double idle_share, double mean_walk
 // default's rule; a matched schedule always runs the skip kernel. The launcher
 // (backward_sm90.cuh, sm90_backward_kernel) and plan() (backward_dq_first) both ask this.
 inline Sm90Backward sm90_backward_for(BackwardChoice v, double idle_share, double mean_walk, bool plain_walks,
-                                      bool alike_walks, bool matched, double group_places) {
+                                      bool alike_walks, bool matched, double span_places) {
   if (v == BackwardChoice::sm90_atomic) return Sm90Backward::noskip;
   if (v == BackwardChoice::sm90_skip || matched) return Sm90Backward::skip;
   if (v == BackwardChoice::sm90_noskip) return Sm90Backward::noskip;
   if (v == BackwardChoice::sm90_rotate) return plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip;
-  return default_sm90_backward(idle_share, mean_walk, plain_walks, alike_walks, group_places);
+  return default_sm90_backward(idle_share, mean_walk, plain_walks, alike_walks, span_places);
 }
 // Whether dQ's first writers (BwdParams::dq_first) run in that kernel: the one without the skip or
 // rotation, with dQ through TMA (not sm90_atomic).
@@ -350,7 +352,7 @@ inline bool dq_first_runs_in(BackwardChoice v, Sm90Backward kernel) {
 inline int32_t default_kv_heads_together(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t heads_kv,
                                          int32_t group, int32_t slots) {
   if (default_sm90_backward(idle_share(s), mean_tiles(s) * group, plain_walks(items), alike_walks(items),
-                            group_places(s.cols, group)) != Sm90Backward::noskip)
+                            span_places(mean_span(s), group)) != Sm90Backward::noskip)
     return 1;
   return kv_heads_together(items, heads_kv, group, slots);
 }
@@ -365,7 +367,7 @@ inline TileSchedule default_backward_schedule(const lca_mask& mask, double wide_
   TileSchedule s = build_adaptive_schedule(mask, /*by_query=*/false, kBwdKeys, wide_speedup);
   if (match == BwdMatch::kOff || s.tile_rows != kBwdKeys) return s;
   if (match == BwdMatch::kAuto && !default_sm90_skip_backward(idle_share(s), mean_tiles(s) * group, /*plain_walks=*/true,
-                                                               group_places(s.cols, group)))
+                                                               span_places(mean_span(s), group)))
     return s;
   const TileSchedule narrow = build_schedule(mask, /*by_query=*/false, kTile);
   std::vector<int32_t> blocks = match_key_blocks(narrow);
@@ -416,7 +418,7 @@ struct BackwardBlocks {
 inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,
                                               BwdPairing pairing, BwdLocal local = BwdLocal::kAuto,
                                               BwdSplit split = BwdSplit::kAuto, int32_t together = 0) {
-  const double idle = idle_share(s), walk = mean_tiles(s) * group, places = group_places(s.cols, group);
+  const double idle = idle_share(s), walk = mean_tiles(s) * group, places = span_places(mean_span(s), group);
   // A matched schedule runs the skip kernel whatever its idle share: no split, g = 1.
   const bool matched = !s.key_blocks.empty();
   const bool skip_possible = matched || default_sm90_skip_backward(idle, walk, /*plain_walks=*/true, places);

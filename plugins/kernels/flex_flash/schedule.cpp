@@ -364,6 +364,16 @@ double mean_tiles(const TileSchedule& s) {
   return s.row_tiles > 0 ? double(s.full_tiles + s.partial_tiles) / double(s.row_tiles) : 0.0;
 }
 
+double mean_span(const TileSchedule& s) {
+  if (s.row_tiles <= 0) return 0.0;
+  int64_t sum = 0;
+  for (int32_t t = 0; t < s.row_tiles; ++t) {
+    const int32_t first = s.run_offsets[static_cast<size_t>(t)], last = s.run_offsets[static_cast<size_t>(t) + 1];
+    if (first < last) sum += s.runs[static_cast<size_t>(last) - 1].end - s.runs[static_cast<size_t>(first)].begin;
+  }
+  return double(sum) / double(s.row_tiles);
+}
+
 namespace {
 
 // When the last of `costs` ends if they start in order on `slots` SMs, each taking the next one

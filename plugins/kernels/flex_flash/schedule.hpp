@@ -61,6 +61,12 @@ double idle_share(const TileSchedule& s);
 // Scheduled tiles per row tile (0 for no row tiles): how long a forward block walks, or a backward
 // one (query tiles a key tile sees); the default Hopper kernels are picked by it too (kernels.hpp).
 double mean_tiles(const TileSchedule& s);
+// Column tiles from each row tile's first scheduled one to its last, inclusive, per row tile (0 for
+// no row tiles; a row tile without runs counts 0): the range a backward walk goes through, of
+// which mean_tiles are visited. Their difference is what a walk passes over without visiting
+// (kernels.hpp, kSkipPassedPlacesLimit): for a key tile of one short document, nearly nothing; of a
+// block-sparse mask, most of the sequence.
+double mean_span(const TileSchedule& s);
 
 // by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).
 // tile_rows: 64, 128 or 192 (the three-consumer Hopper forward's). The mask must already be

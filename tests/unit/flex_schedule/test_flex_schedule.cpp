@@ -761,7 +761,7 @@ TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
     const auto items = backward_items(s, 8, 8, 132, BwdPairing::kAuto);
     EXPECT_TRUE(lca_flex_flash::plain_walks(items)) << seqlen;
     const double walk = lca_flex_flash::mean_tiles(s) * 8;
-    const double places = lca_flex_flash::group_places(seqlen, 8);
+    const double places = lca_flex_flash::span_places(lca_flex_flash::mean_span(s), 8);
     EXPECT_EQ(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, true, places),
               seqlen <= 65536)
         << seqlen << ": " << walk;
@@ -807,15 +807,44 @@ TEST(FlexSchedule, SparseWalksThatPassOverManyPlacesRotateInsteadOfSkipping) {
     const bool plain = lca_flex_flash::plain_walks(b.items), alike = lca_flex_flash::alike_walks(b.items);
     const auto kernel = lca_flex_flash::sm90_backward_for(
         lca_flex_flash::BackwardChoice::sm90_auto, lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * c.group,
-        plain, alike, !s.key_blocks.empty(), lca_flex_flash::group_places(c.seqlen, c.group));
+        plain, alike, !s.key_blocks.empty(), lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group));
     EXPECT_EQ(kernel, c.skip ? lca_flex_flash::Sm90Backward::skip : lca_flex_flash::Sm90Backward::rotate) << at;
     EXPECT_EQ(b.kv_heads_together, 1) << at;
+    std::printf("[places] block_sparse 64 kept %.2f %lld tokens group %d: %.0f passed over (walk %.0f of %.0f)\n",
+                c.kept, static_cast<long long>(c.seqlen), c.group,
+                lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group) - lca_flex_flash::mean_tiles(s) * c.group,
+                lca_flex_flash::mean_tiles(s) * c.group, lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group));
     if (!c.skip) {
       EXPECT_TRUE(plain) << at;  // alike or not (block-sparse walks are of many lengths)
       for (const auto& it : b.items) ASSERT_LT(it.slot, 0) << at << ": a split walk does not rotate";
-      EXPECT_GT(lca_flex_flash::group_places(c.seqlen, c.group) - lca_flex_flash::mean_tiles(s) * c.group,
+      EXPECT_GT(lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group) - lca_flex_flash::mean_tiles(s) * c.group,
                 lca_flex_flash::kSkipPassedPlacesLimit)
           << at;
+    }
+  }
+}
+
+// The places a walk passes over are those between its first and last query tile: a key tile of a
+// short document walks its own document's query tiles and passes over next to nothing, so the
+// limit leaves the skip kernel to the document masks whose idle share takes it (the sweep's short
+// documents and windows), at any length and group.
+TEST(FlexSchedule, DocumentWalksPassOverFewPlaces) {
+  auto& p = BuiltinProvider::instance();
+  const std::pair<const char*, const char*> masks[] = {
+      {"causal_document", "{\"dist\": \"uniform:435-479\"}"},
+      {"prefix_lm_document", "{\"dist\": \"uniform:265-559\", \"prefix\": 78}"},
+      {"sliding_window_document", "{\"dist\": \"uniform:500-1114\", \"window\": 257}"},
+      {"full_document", "{\"dist\": \"chatqa\"}"}};
+  for (const auto& [name, params] : masks) {
+    for (const int64_t seqlen : {17664, 89981}) {
+      auto g = p.generate(name, params, seqlen, 11);
+      ASSERT_EQ(g.status, LCA_OK) << g.error;
+      const TileSchedule s = build_schedule(*g.mask, /*by_query=*/false, 128);
+      for (const int32_t group : {1, 8}) {
+        const double passed = lca_flex_flash::span_places(lca_flex_flash::mean_span(s), group) -
+                              lca_flex_flash::mean_tiles(s) * group;
+        EXPECT_LT(passed, 0.25 * lca_flex_flash::kSkipPassedPlacesLimit) << name << " " << seqlen << " group " << group;
+      }
     }
   }
 }
@@ -840,7 +869,7 @@ TEST(FlexSchedule, LongPlainWalksRotateWhereTheyAreAlike) {
     const double walk = lca_flex_flash::mean_tiles(s) * 8;
     const bool plain = lca_flex_flash::plain_walks(b.items), alike = lca_flex_flash::alike_walks(b.items);
     // The launcher's choice (backward_sm90.cuh) and its rotation rule agree.
-    const double places = lca_flex_flash::group_places(seqlen, 8);
+    const double places = lca_flex_flash::span_places(lca_flex_flash::mean_span(s), 8);
     const bool rotates = lca_flex_flash::default_sm90_backward(lca_flex_flash::idle_share(s), walk, plain, alike, places) ==
                          lca_flex_flash::Sm90Backward::rotate;
     EXPECT_EQ(rotates, lca_flex_flash::default_sm90_rotate_backward(lca_flex_flash::idle_share(s), walk, plain, alike, places))
@@ -1081,7 +1110,7 @@ TEST(FlexSchedule, WindowsHaveFirstWritersOfDq) {
           v, lca_flex_flash::sm90_backward_for(v, lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * 2,
                                                lca_flex_flash::plain_walks(b.items),
                                                lca_flex_flash::alike_walks(b.items), /*matched=*/false,
-                                               lca_flex_flash::group_places(8192, 2)));
+                                               lca_flex_flash::span_places(lca_flex_flash::mean_span(s), 2)));
     };
     EXPECT_TRUE(runs_under("")) << name;
     EXPECT_TRUE(runs_under("sm90_noskip")) << name;

@@ -637,7 +637,8 @@ void launch_backward_sm90_variant(const BwdParams& p, const Sm90BwdMaps& maps, c
 // The kernel the Hopper backward runs the schedule with (sm90_backward_for, kernels.hpp).
 inline Sm90Backward sm90_backward_kernel(const BwdParams& p) {
   return sm90_backward_for(p.backward, p.sched.idle_share, p.sched.mean_tiles * p.group, p.sched.plain_walks,
-                           p.sched.alike_walks, p.sched.key_blocks != nullptr, span_places(p.sched.mean_span, p.group));
+                           p.sched.alike_walks, p.sched.key_blocks != nullptr, span_places(p.sched.mean_span, p.group),
+                           p.sched.range_walks);
 }
 
 // Whether the first writers of dQ (BwdParams::dq_first) run; elsewhere every tile is zeroed and added

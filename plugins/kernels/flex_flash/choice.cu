@@ -58,7 +58,8 @@ BwdSplit backward_split(const Options& o) {
 }
 
 BwdMatch backward_match(const Options& o) {
-  if (o.bwd_match == Switch::kOff || !dev::sm90_backward_available(o.backward) || !dev::variant_runs_matched(o.backward))
+  // Walks split by ranges (bwd_ranges) run on the key tiles as they are.
+  if (o.bwd_match == Switch::kOff || o.bwd_ranges > 0 || !dev::sm90_backward_available(o.backward) || !dev::variant_runs_matched(o.backward))
     return BwdMatch::kOff;
   return o.bwd_match == Switch::kOn ? BwdMatch::kOn : BwdMatch::kAuto;
 }

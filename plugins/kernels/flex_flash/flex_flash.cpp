@@ -31,12 +31,13 @@ struct UploadedSchedule {
   float idle_share = 0.f, mean_tiles = 0.f, mean_span = 0.f;
   bool plain_walks = false, alike_walks = false;
   int32_t max_tiles = 0;
+  int32_t range_places = 0;  // backward: the places of a range where the walks are split by ranges (else 0)
   int32_t kv_heads_together = 1;
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
                           row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count,
                           counter.as<int32_t>(), busy_tiles, plain_walks, alike_walks, max_tiles, kv_heads_together,
-                          key_blocks.as<int32_t>(), mean_span};
+                          key_blocks.as<int32_t>(), mean_span, range_places > 0};
   }
 };
 
@@ -124,6 +125,7 @@ class FlexPlan final : public lca::IPlan {
                      {"kv_heads_together", bwd.kv_heads_together},
                      {"matched_key_blocks", !bwd.key_blocks.empty()},
                      {"split_walks", split_count},
+                     {"range_places", bwd.range_places},
                      {"dq_first_writers", launched_dq_first_writers(b)},
                      {"dv_first", launched_dv_first(b)},
                      {"idle_share", rounded(bwd.idle_share)},
@@ -200,6 +202,9 @@ class FlexFlash final : public lca::IKernel {
     int device = 0, sms = 0;
     LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
     LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int l2_bytes = 0;
+    LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+    const int32_t rule_places = range_places_for(l2_bytes, static_cast<int32_t>(pr.head_dim));
     struct Bwd {
       TileSchedule sched;
       BackwardBlocks blocks;
@@ -207,10 +212,11 @@ class FlexFlash final : public lca::IKernel {
       std::vector<int32_t> dq_first;     // dq_first_writers' key tile a query tile, or empty
     };
     auto bwd = std::async(std::launch::async, [&mask, &pr, &o, bwd_speedup, pairing, heads_kv, together, split, local, match,
-                                               sms] {
+                                               sms, rule_places] {
       const int32_t group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
       Bwd b{default_backward_schedule(mask, bwd_speedup, group, heads_kv, sms, match), {}, {}};
-      b.blocks = default_backward_blocks(b.sched, heads_kv, group, sms, pairing, local, split, together);
+      b.blocks = default_backward_blocks(b.sched, heads_kv, group, sms, pairing, local, split, together, o.bwd_ranges,
+                                         rule_places);
       b.split_tiles = place_split_walks(b.sched, b.blocks.items);  // the parts' own row tiles, if any
       if (const DqFirst first = backward_dq_first(o, b.sched, b.blocks.items, group); first != DqFirst::kOff) {
         FirstWriters w =
@@ -240,6 +246,7 @@ class FlexFlash final : public lca::IKernel {
     const Bwd b = bwd.get();
     plan->bwd = upload(b.sched, exec, b.blocks.items);
     plan->bwd.kv_heads_together = b.blocks.kv_heads_together;
+    plan->bwd.range_places = b.blocks.range_places;
     // A place per kv head (the rotated walks), and the first writers' block ticket.
     plan->bwd.counter = upload(std::vector<int32_t>(static_cast<size_t>(pr.heads_kv) + 1, 0), exec,
                                "the rotated backward walks' places");

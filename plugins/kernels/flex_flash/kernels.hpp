@@ -50,6 +50,8 @@ struct DeviceSchedule {
   // 64-key block of each half of each key tile; the skip kernel runs them.
   const int32_t* key_blocks = nullptr;
   float mean_span = 0.f;  // column tiles from a row tile's first scheduled one to its last (mean_span)
+  // Backward only: the items are walks split by query ranges (split_by_ranges, range_walks_rule).
+  bool range_walks = false;
 };
 
 // Floats in one of the split walks' fp32 accumulators (dK's; dV's follows it): BwdParams::dkv_accum.
@@ -276,12 +278,15 @@ constexpr float kPlainSkipWalkLimit = 7000.f;
 // the skip, walks rotated): every cell passing over at most 2014 places held the skip kernel's rate
 // (389-517 TFLOP/s, 1.15-1.43x the others); from 2470 up it lost, 1.03x at 2470 (16:8, 98304, kept 0.1)
 // and 1.2-1.6x at 2796-9878 (160-252 against 247-306 rotated; 64:8 at kept 0.1 and 0.25, 32:8 at
-// 98304); test_flex_schedule prints each cell's count. The limit lies between; 64:8 at 32768 tokens,
-// kept 0.25, ran the skip kernel at 415 in one run and 309 in another, rotated at 301. MHA keeps the
-// skip to 128K at these fractions (1664 places at 128K, kept 0.1). A short document's walk passes
-// over next to nothing (its span is its document), so the limit leaves document masks as they were.
-// Not measured at head dim 64 (half the bytes a place) or on the H200's 60 MB L2.
-constexpr double kSkipPassedPlacesLimit = 2300.;
+// 98304); test_flex_schedule prints each cell's count. Between, the skip kernel is unsteady: 64:8 at
+// 32768 tokens, kept 0.25 (2280 places with seed 42, 2400 with seed 23) ran it at 415, 309 and 320
+// in three runs. MHA keeps the skip to 128K at these fractions (1664 places at 128K, kept 0.1). The
+// limit sits at the top of what held in every run: where the walks pass over more, they are split
+// by query ranges (range_walks_rule), which ran 0.92-0.99x the skip kernel where it held and
+// 1.1-2.5x it where it fell, so a cell moved in error costs far less than one kept in error. A
+// short document's walk passes over next to nothing (its span is its document), so the limit leaves
+// document masks as they were. Not measured at head dim 64 (half the bytes a place) or on an H200.
+constexpr double kSkipPassedPlacesLimit = 2100.;
 // The (query head of the group, 64-row query tile) places of a backward walk's range, from its
 // first query tile to its last (mean_span) in each head of the group: what
 // default_sm90_skip_backward weighs a walk (its mean length) against.
@@ -305,7 +310,8 @@ constexpr bool default_sm90_skip_backward(double idle_share, double mean_walk, b
 // kernel without it; full_document at 512K (4 to 2298) at 1.025x, which this rule gives up (H100,
 // commit cd142dc). Why unlike walks lose is not known.
 // Plain walks that the skip kernel would take but for the places they pass over
-// (kSkipPassedPlacesLimit) rotate too, alike or not, as the skip kernel would have rotated them: on
+// (kSkipPassedPlacesLimit) are split by query ranges by default (range_walks_rule); with that off
+// ("bwd_ranges": 0) they rotate, alike or not, as the skip kernel would have rotated them: on
 // those cells (block-sparse walks of many lengths) the rotated kernel without the skip ran 0.96-1.30x
 // the plain one, 1.03-1.58x the skip kernel (H100, same run).
 constexpr bool default_sm90_rotate_backward(double idle_share, double mean_walk, bool plain_walks, bool alike_walks,
@@ -332,11 +338,12 @@ constexpr Sm90Backward default_sm90_backward(double idle_share, double mean_walk
 // default's rule; a matched schedule always runs the skip kernel. The launcher
 // (backward_sm90.cuh, sm90_backward_kernel) and plan() (backward_dq_first) both ask this.
 inline Sm90Backward sm90_backward_for(BackwardChoice v, double idle_share, double mean_walk, bool plain_walks,
-                                      bool alike_walks, bool matched, double span_places) {
+                                      bool alike_walks, bool matched, double span_places, bool range_walks = false) {
   if (v == BackwardChoice::sm90_atomic) return Sm90Backward::noskip;
   if (v == BackwardChoice::sm90_skip || matched) return Sm90Backward::skip;
   if (v == BackwardChoice::sm90_noskip) return Sm90Backward::noskip;
   if (v == BackwardChoice::sm90_rotate) return plain_walks ? Sm90Backward::rotate : Sm90Backward::noskip;
+  if (range_walks) return Sm90Backward::skip;  // range_walks_rule: the skip kernel on the ranges' parts
   return default_sm90_backward(idle_share, mean_walk, plain_walks, alike_walks, span_places);
 }
 // Whether dQ's first writers (BwdParams::dq_first) run in that kernel: the one without the skip or
@@ -404,6 +411,31 @@ inline std::vector<BwdItem> unpaired_under_a_wave(const TileSchedule& s, const s
              : std::vector<BwdItem>{};
 }
 
+// Walks split by query ranges (split_by_ranges) where the skip kernel would run but for the places
+// its walks pass over (kSkipPassedPlacesLimit): over a tenth of the tile parts idle, plain walks,
+// more than the limit passed over, however long the walks (a part's walk is a range's). The blocks of a range
+// run together (one kv head after another), each part a walk from its range's start, and the skip
+// kernel runs them. A range holds as many (query head, query tile) places as L2 holds their Q, dO
+// and dQ (range_places_for: 64 rows x head_dim x (2 + 2 + 4) bytes a place; 800 places on an H100
+// at head dim 128), so that the blocks of a range read one another's tiles from L2 however far
+// apart their walks drift. Measured (H100, tools/dev/matrices/ab-bwd-gqa-sparse-ranges.json, seed
+// 29, d128, blocks of 64, 40000 and 98304 tokens, groups 1-8 over 8 kv heads, kept 0.1-0.5; ranges of
+// 256 / 512 / 1024 / 2048 places): on the 8 cells the rule moves, ranges of 512 and 1024 places ran
+// 352-449 TFLOP/s (1.12-2.40x the rotated kernel without the skip that ran there before), 256 lost
+// up to 10% to them, and 2048 (128 MB of a range) fell to 263-299 at 98304 with groups 4 and 8.
+// Where the skip kernel held (at most 2014 places passed over) ranges ran 0.92-1.0x of it, so the
+// rule leaves those. The kernel without the skip on ranges ran 0.67-0.80x the skip kernel on them.
+constexpr int64_t kRangeBytesPerRow = 2 + 2 + 4;  // Q, dO (16-bit) and dQ (fp32) a row and head dim
+constexpr int32_t range_places_for(int64_t l2_bytes, int32_t head_dim) {
+  const int64_t places = l2_bytes / (int64_t{kTile} * head_dim * kRangeBytesPerRow);
+  return places < 64 ? 64 : static_cast<int32_t>(places);
+}
+constexpr int32_t kRangePlaces = range_places_for(int64_t{50} << 20, 128);  // an H100's 50 MiB at head dim 128: 800
+constexpr bool range_walks_rule(double idle_share, double mean_walk, bool plain_walks, double span_places) {
+  return plain_walks && idle_share > kIdleShareForSkip && span_places - mean_walk > kSkipPassedPlacesLimit;
+}
+constexpr int32_t range_tiles(int32_t places, int32_t group) { return places / group > 1 ? places / group : 1; }
+
 // The Hopper backward's blocks and their order as plan() makes them, before place_split_walks:
 // backward_items, in the document-local order (`local`, option bwd_local) but not where the skip
 // kernel may run (its plain walks rotate instead); on 128-key schedules, long walks split (`split`,
@@ -411,13 +443,17 @@ inline std::vector<BwdItem> unpaired_under_a_wave(const TileSchedule& s, const s
 // default's, causal-like blocks that fit in one wave as unpaired_under_a_wave gives them; kv heads
 // together by default_kv_heads_together, or `together` where over 0 (option bwd_order). test_flex_schedule
 // checks the builtin masks' choices through this same function.
+// `ranges` (option bwd_ranges): places a range, where over 0; 0 never; below 0 by range_walks_rule
+// with rule_places a range (range_places_for this GPU's L2 and the head dim).
 struct BackwardBlocks {
   std::vector<BwdItem> items;
   int32_t kv_heads_together = 1;
+  int32_t range_places = 0;  // the places of a range where the walks are split by ranges, else 0
 };
 inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t heads_kv, int32_t group, int32_t slots,
                                               BwdPairing pairing, BwdLocal local = BwdLocal::kAuto,
-                                              BwdSplit split = BwdSplit::kAuto, int32_t together = 0) {
+                                              BwdSplit split = BwdSplit::kAuto, int32_t together = 0,
+                                              int32_t ranges = -1, int32_t rule_places = kRangePlaces) {
   const double idle = idle_share(s), walk = mean_tiles(s) * group, places = span_places(mean_span(s), group);
   // A matched schedule runs the skip kernel whatever its idle share: no split, g = 1.
   const bool matched = !s.key_blocks.empty();
@@ -428,6 +464,16 @@ inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t hea
   if (matched) {
     b.kv_heads_together = together > 0 ? together : 1;
     return b;
+  }
+  if (s.tile_rows == kBwdKeys && split != BwdSplit::kAll) {
+    const int32_t per_range =
+        ranges > 0 ? ranges : (ranges < 0 && range_walks_rule(idle, walk, plain_walks(b.items), places) ? rule_places : 0);
+    if (per_range > 0) {
+      b.items = split_by_ranges(s, b.items, group, range_tiles(per_range, group));
+      b.range_places = per_range;
+      b.kv_heads_together = together > 0 ? together : 1;
+      return b;
+    }
   }
   if (s.tile_rows == kBwdKeys) {
     if (split == BwdSplit::kAll)

@@ -69,6 +69,22 @@ const char* name_of(const Names<E>& names, E value, const char* fallback) {
   return fallback;
 }
 
+// A count of places (bwd_ranges): an integer from 0 to 2^24, as a number or a string of digits (the
+// tests' option=value pairs).
+int32_t places_of(const std::string& option, const nlohmann::json& v) {
+  constexpr int64_t kMost = int64_t{1} << 24;
+  int64_t n = -1;
+  if (v.is_number_integer()) n = v.get<int64_t>();
+  else if (v.is_string() && !v.get<std::string>().empty() &&
+           v.get<std::string>().find_first_not_of("0123456789") == std::string::npos && v.get<std::string>().size() < 9)
+    n = std::stoll(v.get<std::string>());
+  if (n < 0 || n > kMost)
+    throw lca::Error(LCA_ERR_INVALID_ARGUMENT, "flex_flash: option '" + option + "' = " + v.dump() +
+                                                   " is not a count of places from 0 (never) to 16777216 "
+                                                   "(leave it out for plan()'s choice)");
+  return static_cast<int32_t>(n);
+}
+
 }  // namespace
 
 Options parse_options(const std::string& config_json) {
@@ -88,6 +104,7 @@ Options parse_options(const std::string& config_json) {
     else if (key == "backward") o.backward = value_of(kBackward, key, v);
     else if (key == "bwd_order") o.bwd_order = value_of(kOrder, key, v);
     else if (key == "bwd_split") o.bwd_split = value_of(kSplit, key, v);
+    else if (key == "bwd_ranges") o.bwd_ranges = places_of(key, v);
     else if (key == "bwd_match") o.bwd_match = value_of(kOffOn, key, v);
     else if (key == "bwd_local") o.bwd_local = value_of(kOffOn, key, v);
     else if (key == "dq_first") o.dq_first = value_of(kOffOn, key, v);
@@ -95,7 +112,7 @@ Options parse_options(const std::string& config_json) {
     else
       throw lca::Error(LCA_ERR_INVALID_ARGUMENT,
                        "flex_flash: unknown option '" + key +
-                           "' (options: forward, backward, bwd_order, bwd_split, bwd_match, bwd_local, dq_first, bwd_dv_first; "
+                           "' (options: forward, backward, bwd_order, bwd_split, bwd_ranges, bwd_match, bwd_local, dq_first, bwd_dv_first; "
                            "see plugins/kernels/flex_flash/README.md)");
   }
   return o;

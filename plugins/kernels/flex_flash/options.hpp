@@ -50,6 +50,9 @@ struct Options {
   // (kv_heads_inner), else 1 (kv_heads_outer), 2 or 4 (kv_heads_2 / kv_heads_4).
   int32_t bwd_order = 0;
   Switch bwd_split = Switch::kAuto;  // "bwd_split": off | all (kOn)
+  // "bwd_ranges": the backward's plain walks split by query ranges of this many (query head, query
+  // tile) places (split_by_ranges, run by the skip kernel); -1 where absent (plan()'s rule), 0 never.
+  int32_t bwd_ranges = -1;
   Switch bwd_match = Switch::kAuto;  // "bwd_match": off | on
   Switch bwd_local = Switch::kAuto;  // "bwd_local": off | on
   Switch dq_first = Switch::kAuto;   // "dq_first": off | on

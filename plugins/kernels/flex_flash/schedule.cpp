@@ -842,6 +842,57 @@ std::vector<BwdItem> split_long_walks(const std::vector<BwdItem>& items, int32_t
   return double(best_time) * (1.0 + kSplitGain) <= double(whole) ? best : items;
 }
 
+std::vector<BwdItem> split_by_ranges(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group,
+                                     int32_t range_tiles) {
+  range_tiles = std::max(range_tiles, 1);
+  struct Placed {
+    BwdItem item;
+    int32_t range;  // the range of its first query tile; INT32_MAX for a tile that sees nothing
+  };
+  std::vector<Placed> placed;
+  placed.reserve(items.size());
+  int32_t slot = 0;
+  for (const BwdItem& it : items) {
+    const int32_t t = it.tiles[0];
+    const int32_t first = s.run_offsets[static_cast<size_t>(t)], last = s.run_offsets[static_cast<size_t>(t) + 1];
+    if (first == last || it.tiles[1] >= 0) {  // nothing to walk, or not a single tile: as it is
+      placed.push_back({it, first == last ? std::numeric_limits<int32_t>::max() : s.runs[first].begin / range_tiles});
+      continue;
+    }
+    // The visited query tiles of each range, counted along the walk.
+    std::vector<std::pair<int32_t, int32_t>> ranges;  // (range, visited tiles)
+    for (int32_t r = first; r < last; ++r)
+      for (int32_t c = s.runs[static_cast<size_t>(r)].begin; c < s.runs[static_cast<size_t>(r)].end;) {
+        const int32_t range = c / range_tiles, end = std::min(s.runs[static_cast<size_t>(r)].end, (range + 1) * range_tiles);
+        if (ranges.empty() || ranges.back().first != range) ranges.emplace_back(range, 0);
+        ranges.back().second += end - c;
+        c = end;
+      }
+    if (!splittable(it) || ranges.size() < 2) {
+      placed.push_back({it, ranges.front().first});
+      continue;
+    }
+    int32_t from = 0;
+    for (const auto& [range, tiles] : ranges) {
+      BwdItem part = it;
+      part.from_tile = from;
+      part.query_tiles[0] = tiles;
+      part.slot = slot;
+      placed.push_back({part, range});
+      from += tiles;
+    }
+    ++slot;
+  }
+  std::stable_sort(placed.begin(), placed.end(), [group](const Placed& a, const Placed& b) {
+    if (a.range != b.range) return a.range < b.range;
+    return item_cost(a.item, group) > item_cost(b.item, group);
+  });
+  std::vector<BwdItem> out;
+  out.reserve(placed.size());
+  for (const Placed& p : placed) out.push_back(p.item);
+  return out;
+}
+
 std::vector<int32_t> place_split_walks(TileSchedule& s, std::vector<BwdItem>& items) {
   std::vector<int32_t> tiles;
   for (BwdItem& it : items) {

@@ -178,6 +178,20 @@ std::vector<BwdItem> split_items(const std::vector<BwdItem>& items, int32_t grou
 constexpr double kSplitGain = 0.05;
 std::vector<BwdItem> split_long_walks(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group,
                                       int32_t slots);
+// Walks split by query ranges, for the skip kernel on sparse walks that pass over many places.
+// A rotated walk that visits few of the (query head, query tile) places in its range drifts
+// away from the other blocks of its kv head, and once the places between them hold more Q, dO
+// and dQ than L2 keeps, every block reads its tiles from DRAM (kernels.hpp, kSkipPassedPlacesLimit).
+// split_by_ranges cuts every plain walk (one key tile, up, heads outer, whole) that visits query
+// tiles in more than one range of `range_tiles` query tiles ([0, range_tiles), [range_tiles,
+// 2 range_tiles) ...) into a part a range it visits (slots numbered from 0, one a split tile), and
+// puts the blocks in range order, the ranges' first query tile first, longest first within a range:
+// the blocks that run together then read the places of one range. Walks inside one range stay whole
+// (in that range's place); tiles that see nothing go last. The parts' runs are set by
+// place_split_walks.
+std::vector<BwdItem> split_by_ranges(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group,
+                                     int32_t range_tiles);
+
 // Gives each split part (slot >= 0) a row tile of its own: appended to the schedule past row_tiles
 // (run_offsets grows by one a part; row_tiles stays), its runs the part's query tiles of its key
 // tile, cut from that tile's runs (the same tiles and bitmasks). Returns the split key tiles by slot

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <limits>
 #include <random>
 #include <set>
 #include <tuple>
@@ -85,8 +86,9 @@ std::vector<std::tuple<int32_t, int32_t, int32_t>> walk_of(const TileSchedule& s
 // tiles' own runs are untouched; each part walks a row tile of its own past row_tiles, as many query
 // tiles as it says; a split tile's parts, in order, walk exactly its tiles with the same bitmasks
 // and half bits; every key tile is in one item or in the parts of one slot.
-void expect_split_walks(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group) {
-  std::vector<BwdItem> split = lca_flex_flash::split_items(items, group, 0, 4);
+// With range_tiles > 0 (split_by_ranges' parts) each part walks query tiles of one range of that many,
+// and the items go out in range order (each item's first query tile's range), tiles that see nothing last.
+void expect_parts(const TileSchedule& s, std::vector<BwdItem> split, int32_t range_tiles = 0) {
   TileSchedule placed = s;
   const std::vector<int32_t> tiles = lca_flex_flash::place_split_walks(placed, split);
   int32_t parts = 0;
@@ -122,6 +124,24 @@ void expect_split_walks(const TileSchedule& s, const std::vector<BwdItem>& items
     ++seen[static_cast<size_t>(tiles[slot])];
   }
   for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(seen[static_cast<size_t>(t)], 1) << "row tile " << t;
+  if (range_tiles <= 0) return;
+  int32_t last_range = -1;
+  for (const BwdItem& it : split) {
+    const auto w = walk_of(placed, it.tiles[0]);
+    if (w.empty()) {
+      last_range = std::numeric_limits<int32_t>::max();
+      continue;
+    }
+    const int32_t range = std::get<0>(w.front()) / range_tiles;
+    ASSERT_GE(range, last_range) << "items in range order";
+    last_range = range;
+    if (it.slot >= 0)
+      for (const auto& tile : w) ASSERT_EQ(std::get<0>(tile) / range_tiles, range) << "a part walks one range";
+  }
+}
+
+void expect_split_walks(const TileSchedule& s, const std::vector<BwdItem>& items, int32_t group) {
+  expect_parts(s, lca_flex_flash::split_items(items, group, 0, 4));
 }
 
 // s (rows: queries if by_query, else keys) against the mask's truth: every cell, the runs, full
@@ -219,6 +239,8 @@ void expect_schedule_exact(const TileSchedule& s, const lca_mask& m, const std::
       const auto items = backward_items(s, heads_kv, 8 / heads_kv, slots, pairing);
       expect_items_partition(s, items);
       expect_split_walks(s, items, 8 / heads_kv);
+      for (int32_t range_tiles : {1, 3})
+        expect_parts(s, lca_flex_flash::split_by_ranges(s, items, 8 / heads_kv, range_tiles), range_tiles);
     }
 }
 
@@ -778,26 +800,29 @@ TEST(FlexSchedule, PlainWalksTakeTheSkippingBackwardUpToTheirLimit) {
 }
 
 // The skip kernel's second limit, the places a walk passes over (kSkipPassedPlacesLimit), on the
-// cells it was measured on (ab-bwd-gqa-sparse-groups, H100; blocks of 64, 8 kv heads): the skip kernel
-// on matched blocks where it held its rate, else the kernel without the skip on the same blocks
-// unmatched, plain walks rotated, unsplit, one kv head after another: the configuration that
-// {"bwd_match": "off", "backward": "sm90_rotate"} ran there (1.03-1.47x the skip kernel).
-TEST(FlexSchedule, SparseWalksThatPassOverManyPlacesRotateInsteadOfSkipping) {
+// cells it was measured on (ab-bwd-gqa-sparse-groups and paper-sparse, H100; blocks of 64, 8 kv heads): the skip kernel
+// on matched blocks where it held its rate; else (range_walks_rule) the same blocks unmatched, every
+// plain walk split by query ranges of kRangePlaces places (split_by_ranges), in range order, one kv
+// head after another, and the skip kernel on them: the configuration {"bwd_ranges": kRangePlaces} ran
+// there (ab-bwd-gqa-sparse-ranges).
+TEST(FlexSchedule, SparseWalksThatPassOverManyPlacesSplitByRanges) {
   struct Cell {
     int64_t seqlen;
     double kept;
     int32_t group;
     bool skip;
+    uint64_t seed = 23;
   };
   const Cell cells[] = {
       {40000, 0.1, 1, true},   {40000, 0.1, 2, true},   {40000, 0.1, 4, true},   {40000, 0.1, 8, false},
       {40000, 0.25, 4, true},  {40000, 0.25, 8, false}, {40000, 0.5, 8, true},   {98304, 0.1, 1, true},
       {98304, 0.1, 2, false},  {98304, 0.25, 2, true},  {98304, 0.1, 4, false},  {98304, 0.25, 4, false},
       {98304, 0.5, 4, true},   {98304, 0.1, 8, false},  {98304, 0.25, 8, false}, {131072, 0.1, 1, true},
+      {32768, 0.25, 8, false, 42},  // paper-sparse's: 2280 places, the skip kernel at 320 (and 309, 415 at seed 23)
   };
   for (const Cell& c : cells) {
     const std::string params = "{\"block\": 64, \"sparsity\": " + std::to_string(c.kept) + "}";
-    auto g = BuiltinProvider::instance().generate("block_sparse", params, c.seqlen, 23);
+    auto g = BuiltinProvider::instance().generate("block_sparse", params, c.seqlen, c.seed);
     ASSERT_EQ(g.status, LCA_OK) << g.error;
     const std::string at = std::to_string(c.seqlen) + " kept " + std::to_string(c.kept) + " group " +
                            std::to_string(c.group);
@@ -805,22 +830,26 @@ TEST(FlexSchedule, SparseWalksThatPassOverManyPlacesRotateInsteadOfSkipping) {
     EXPECT_EQ(!s.key_blocks.empty(), c.skip) << at;
     const auto b = lca_flex_flash::default_backward_blocks(s, 8, c.group, 132, BwdPairing::kAuto);
     const bool plain = lca_flex_flash::plain_walks(b.items), alike = lca_flex_flash::alike_walks(b.items);
+    const double passed =
+        lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group) - lca_flex_flash::mean_tiles(s) * c.group;
     const auto kernel = lca_flex_flash::sm90_backward_for(
         lca_flex_flash::BackwardChoice::sm90_auto, lca_flex_flash::idle_share(s), lca_flex_flash::mean_tiles(s) * c.group,
-        plain, alike, !s.key_blocks.empty(), lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group));
-    EXPECT_EQ(kernel, c.skip ? lca_flex_flash::Sm90Backward::skip : lca_flex_flash::Sm90Backward::rotate) << at;
+        plain, alike, !s.key_blocks.empty(), lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group),
+        b.range_places > 0);
+    EXPECT_EQ(kernel, lca_flex_flash::Sm90Backward::skip) << at;
     EXPECT_EQ(b.kv_heads_together, 1) << at;
-    std::printf("[places] block_sparse 64 kept %.2f %lld tokens group %d: %.0f passed over (walk %.0f of %.0f)\n",
-                c.kept, static_cast<long long>(c.seqlen), c.group,
-                lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group) - lca_flex_flash::mean_tiles(s) * c.group,
-                lca_flex_flash::mean_tiles(s) * c.group, lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group));
-    if (!c.skip) {
-      EXPECT_TRUE(plain) << at;  // alike or not (block-sparse walks are of many lengths)
-      for (const auto& it : b.items) ASSERT_LT(it.slot, 0) << at << ": a split walk does not rotate";
-      EXPECT_GT(lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group) - lca_flex_flash::mean_tiles(s) * c.group,
-                lca_flex_flash::kSkipPassedPlacesLimit)
-          << at;
+    std::printf("[places] block_sparse 64 kept %.2f %lld tokens group %d: %.0f passed over (walk %.0f of %.0f), %zu blocks\n",
+                c.kept, static_cast<long long>(c.seqlen), c.group, passed, lca_flex_flash::mean_tiles(s) * c.group,
+                lca_flex_flash::span_places(lca_flex_flash::mean_span(s), c.group), b.items.size());
+    if (c.skip) {
+      EXPECT_EQ(b.range_places, 0) << at;
+      EXPECT_LE(passed, lca_flex_flash::kSkipPassedPlacesLimit) << at;
+      continue;
     }
+    EXPECT_GT(passed, lca_flex_flash::kSkipPassedPlacesLimit) << at;
+    EXPECT_EQ(b.range_places, lca_flex_flash::kRangePlaces) << at;
+    EXPECT_FALSE(plain) << at << ": the walks are split";
+    expect_parts(s, b.items, lca_flex_flash::range_tiles(lca_flex_flash::kRangePlaces, c.group));
   }
 }
 
@@ -852,14 +881,16 @@ TEST(FlexSchedule, DocumentWalksPassOverFewPlaces) {
 // Past the skip kernel's limit for plain walks (kPlainSkipWalkLimit iterations), the default
 // rotates plain walks of about one length (alike_walks) in the kernel without the skip
 // (default_sm90_rotate_backward): full from 64K (8192 iterations; 4096 at 32K stay as they are),
-// block_sparse past 64K, both to 512K. Every other builtin mask at 16K-512K has short walks, pairs
+// to 512K; block_sparse past 64K passes over too many places for either and its walks are split by
+// query ranges instead (range_walks_rule). Every other builtin mask at 16K-512K has short walks, pairs
 // (causal-like masks), split walks, the document-local order or walks of many lengths, and none of
 // those rotate: causal_blockwise at 256K-512K (2 to 1349 / 4452 query tiles) and full_document at
 // 512K (4 to 2298) have plain walks past the limit, and causal_blockwise's backward ran 0.71x
 // rotated (commit cd142dc). The default keeps one kv head after another where walks rotate.
 TEST(FlexSchedule, LongPlainWalksRotateWhereTheyAreAlike) {
   const std::set<std::pair<std::string, int64_t>> rotating = {
-      {"full", 65536},          {"full", 131072},         {"full", 262144},        {"full", 524288},
+      {"full", 65536}, {"full", 131072}, {"full", 262144}, {"full", 524288}};
+  const std::set<std::pair<std::string, int64_t>> ranges = {
       {"block_sparse", 131072}, {"block_sparse", 262144}, {"block_sparse", 524288}};
   const std::set<std::pair<std::string, int64_t>> long_unlike = {
       {"causal_blockwise", 262144}, {"causal_blockwise", 524288}, {"full_document", 524288}};
@@ -875,8 +906,10 @@ TEST(FlexSchedule, LongPlainWalksRotateWhereTheyAreAlike) {
     EXPECT_EQ(rotates, lca_flex_flash::default_sm90_rotate_backward(lca_flex_flash::idle_share(s), walk, plain, alike, places))
         << name << " " << seqlen;
     EXPECT_EQ(rotates, rotating.count({name, seqlen}) == 1) << name << " " << seqlen << ": walk " << walk;
+    EXPECT_EQ(b.range_places > 0, ranges.count({name, seqlen}) == 1) << name << " " << seqlen;
     // Long plain walks of many lengths: what the rule leaves out.
-    EXPECT_EQ(plain && !alike && walk > lca_flex_flash::kPlainSkipWalkLimit, long_unlike.count({name, seqlen}) == 1)
+    EXPECT_EQ(plain && !alike && walk > lca_flex_flash::kPlainSkipWalkLimit && b.range_places == 0,
+              long_unlike.count({name, seqlen}) == 1)
         << name << " " << seqlen;
     if (rotates) {
       EXPECT_FALSE(lca_flex_flash::default_sm90_skip_backward(lca_flex_flash::idle_share(s), walk, plain, places)) << name;

@@ -895,23 +895,39 @@ std::vector<BwdItem> split_by_ranges(const TileSchedule& s, const std::vector<Bw
 
 std::vector<int32_t> place_split_walks(TileSchedule& s, std::vector<BwdItem>& items) {
   std::vector<int32_t> tiles;
+  // Query tiles walked before each run of the schedule's own row tiles, counted along its tile's
+  // walk: a part finds its first run by a binary search (a 512K block-sparse walk has thousands of
+  // runs and is split into dozens of ranges).
+  const int32_t own_runs = s.run_offsets[static_cast<size_t>(s.row_tiles)];
+  std::vector<int32_t> walked_before(static_cast<size_t>(own_runs));
+  for (int32_t t = 0; t < s.row_tiles; ++t)
+    for (int32_t r = s.run_offsets[t], walked = 0; r < s.run_offsets[t + 1]; ++r) {
+      walked_before[static_cast<size_t>(r)] = walked;
+      walked += s.runs[r].end - s.runs[r].begin;
+    }
   for (BwdItem& it : items) {
     if (it.slot < 0) continue;
     const int32_t t = it.tiles[0];
+    if (t < 0 || t >= s.row_tiles)
+      throw lca::Error(LCA_ERR_INTERNAL, "flex_flash: place_split_walks: a part names row tile " + std::to_string(t) +
+                                             " outside the schedule's " + std::to_string(s.row_tiles) +
+                                             " (already placed?)");
     if (tiles.size() <= static_cast<size_t>(it.slot)) tiles.resize(static_cast<size_t>(it.slot) + 1, -1);
     tiles[static_cast<size_t>(it.slot)] = t;
     // The part's query tiles [from, to), counted along the key tile's walk, cut from its runs.
     const int32_t from = it.from_tile, to = it.from_tile + it.query_tiles[0];
-    int32_t walked = 0;
-    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) {
+    const auto first = walked_before.begin() + s.run_offsets[t], last = walked_before.begin() + s.run_offsets[t + 1];
+    int32_t r = static_cast<int32_t>(std::upper_bound(first, last, from) - walked_before.begin()) - 1;
+    r = std::max(r, s.run_offsets[t]);
+    for (; r < s.run_offsets[t + 1] && walked_before[static_cast<size_t>(r)] < to; ++r) {
       const TileRun run = s.runs[r];  // a copy: push_back may move the runs
+      const int32_t walked = walked_before[static_cast<size_t>(r)];
       const int32_t lo = std::max(from, walked), hi = std::min(to, walked + (run.end - run.begin));
       if (lo < hi) {
         const int32_t begin = run.begin + (lo - walked);
         s.runs.push_back(TileRun{begin, run.begin + (hi - walked), run.mask < 0 ? run.mask : run.mask + (begin - run.begin),
                                  run.halves});
       }
-      walked += run.end - run.begin;
     }
     it.tiles[0] = static_cast<int32_t>(s.run_offsets.size()) - 1;
     s.run_offsets.push_back(static_cast<int32_t>(s.runs.size()));

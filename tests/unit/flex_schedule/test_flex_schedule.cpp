@@ -124,6 +124,11 @@ void expect_parts(const TileSchedule& s, std::vector<BwdItem> split, int32_t ran
     ++seen[static_cast<size_t>(tiles[slot])];
   }
   for (int32_t t = 0; t < s.row_tiles; ++t) ASSERT_EQ(seen[static_cast<size_t>(t)], 1) << "row tile " << t;
+  if (parts > 0) {  // placed parts name row tiles of their own: placing them again is refused
+    TileSchedule again = placed;
+    std::vector<BwdItem> twice = split;
+    EXPECT_THROW(lca_flex_flash::place_split_walks(again, twice), lca::Error);
+  }
   if (range_tiles <= 0) return;
   int32_t last_range = -1;
   for (const BwdItem& it : split) {

@@ -212,6 +212,34 @@ int cmd_cp_probe(Options opt, int* argc, char*** argv) {
       });
       a2a["link"] = nodes > 1 ? "mixed" : "intra";
       patterns["all_to_all"] = a2a;
+      // The same links with the other ranks idle: whether a link's figure is its own or the share of
+      // something all ranks load at once (off NVLink, sockets through the host), which decides how
+      // fast uneven transfers (balanced's group-casts) go against the even ones above.
+      const std::string pair_link = local >= 2 ? "intra" : "inter";
+      auto pair = measure("pair: ranks 0 and 1 exchange bytes, the others idle",
+                          [&world, r](Buffers& b, int64_t bytes, void* s) {
+                            if (r > 1) return;
+                            world.group_start();
+                            world.send(b.send, bytes / 4, LCA_DTYPE_F32, 1 - r, s);
+                            world.recv(b.recv, bytes / 4, LCA_DTYPE_F32, 1 - r, s);
+                            world.group_end();
+                          });
+      pair["link"] = pair_link;
+      patterns["pair"] = pair;
+      auto fan = measure("one to all: rank 0 sends bytes / (W - 1) to each other rank, the others only receive",
+                         [&world, r, W](Buffers& b, int64_t bytes, void* s) {
+                           const int64_t per = std::max<int64_t>(1, bytes / 4 / (W - 1));
+                           world.group_start();
+                           if (r == 0) {
+                             for (int i = 1; i < W; ++i)
+                               world.send(static_cast<float*>(b.send) + (i - 1) * per, per, LCA_DTYPE_F32, i, s);
+                           } else {
+                             world.recv(b.recv, per, LCA_DTYPE_F32, 0, s);
+                           }
+                           world.group_end();
+                         });
+      fan["link"] = nodes > 1 ? "mixed" : "intra";
+      patterns["one_to_all"] = fan;
     } else if (root) {
       spdlog::warn("cp-probe: a world of one rank has no links to measure; the file records the machine only");
     }

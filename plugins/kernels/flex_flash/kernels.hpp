@@ -237,10 +237,25 @@ inline bool wg3_grid_keeps_gain(int32_t head_dim, const TileSchedule& rows128, c
 // is picked instead: plan() builds 64-row tiles and a block's two consumers take the same 64 rows
 // of two query heads that share K and V, so neither has idle tiles to skip (v19).
 // The default Hopper forward (the "forward" option absent), from the 128-row schedule.
+// Short row tiles with few idle halves take the persistent kernel (at head dim 128 the 192-row
+// tiles above, where their grid keeps the gain) even over a tenth idle: a row tile skips
+// idle_share x mean_tiles 64-key tile steps in the 64-key kernels, and the persistent kernel saves
+// it ~2.5 us of fixed costs, about 2.7 such steps at head dim 128 and 5 at 64 (a step of 128 rows x
+// 64 keys at ~4.5 TFLOP/s an SM). Where the skip saves at most kPersistentIdleTiles steps (below
+// both) the persistent kernel is predicted faster. Measured (H100, tools/dev/matrices/
+// ab-short-fwd.json, seed 101, 30011 and 100003 tokens, heads 32:32 / 64:8 / 8:1, d64 and d128:
+// causal_document with 320-480- and 600-1000-token documents, full_document with 350-500, a
+// 300-token sliding_window_causal; idle share 0.105-0.182, idle x mean 0.97-1.02 steps): against
+// the pair / 64-key kernels, persistent 1.02-1.24x at head dim 64 and the 192-row tiles 1.02-1.18x
+// at 128 (the persistent kernel there 0.99-1.16x). block_sparse (a third idle, 10 or more such
+// steps) keeps the pair kernel.
+constexpr double kPersistentIdleTiles = 2.0;
 enum class Sm90Forward { k128, skip64, persistent, pair };
 constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
-  if (idle_share > kIdleShareFor64Keys) return group % 2 == 0 ? Sm90Forward::pair : Sm90Forward::skip64;
-  if (mean_tiles <= kPersistentMeanTiles || max_tiles <= kPersistentMaxTiles) return Sm90Forward::persistent;
+  const bool short_rows = mean_tiles <= kPersistentMeanTiles || max_tiles <= kPersistentMaxTiles;
+  if (idle_share > kIdleShareFor64Keys && !(short_rows && idle_share * mean_tiles <= kPersistentIdleTiles))
+    return group % 2 == 0 ? Sm90Forward::pair : Sm90Forward::skip64;
+  if (short_rows) return Sm90Forward::persistent;
   return Sm90Forward::k128;
 }
 // The default Hopper backward's choice (backward_sm90.cuh): the kernel that skips a consumer's
@@ -411,6 +426,25 @@ inline std::vector<BwdItem> unpaired_under_a_wave(const TileSchedule& s, const s
              : std::vector<BwdItem>{};
 }
 
+// The document-local order (backward_items) does not split its walks. Where its blocks fit in two
+// waves (blocks x kv heads <= 2 x slots) the longest document's walks set the time and SMs idle
+// beside them; there plain walks, longest first and split (split_long_walks), take its place where
+// split_long_walks does split some and their simulated dispatch is kUnpairGain sooner. Only the
+// split is the gain: plain walks lose the L2 reuse of a document's query tiles, which the simulation
+// does not see. Measured (H100, heads 8:1):
+// - tools/dev/matrices/ab-short-bwd.json (seed 101, causal_document with 1100-2400-token documents,
+//   d128): at 20011 tokens (157 blocks, 1.2 waves; simulated 1.50x) plain split walks ran 1.27x the
+//   local order, which trailed cudnn_sdpa (0.83x); at 60013 (469 blocks, 3.6 waves; simulated 1.28x,
+//   no walk split) plain walks ran 0.72x it, and with 64:8 (1256-3752 blocks) 0.64-0.72x;
+// - tools/dev/matrices/ab-short-bwd-confirm.json (seed 202, causal_document with documents of
+//   800-1600, 1100-2400 and 2000-4000 tokens, prefix_lm_document with 1000-3000, d64 and d128):
+//   at 18001 and 24007 tokens (202-783 blocks, walks split) 1.15-1.8x the local order; at 33001
+//   (258 blocks, 1.95 waves) plain walks that no split reached ran 1.14-1.30x it at d64 but
+//   0.83-0.93x at d128, so without a split the local order stays.
+inline bool local_under_two_waves(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t slots) {
+  return slots > 0 && local_walks(items) && static_cast<int64_t>(items.size()) * heads_kv <= 2 * int64_t{slots};
+}
+
 // Walks split by query ranges (split_by_ranges) where the skip kernel would run but for the places
 // its walks pass over (kSkipPassedPlacesLimit): over a tenth of the tile parts idle, plain walks,
 // more than the limit passed over, however long the walks (a part's walk is a range's). The blocks of a range
@@ -461,6 +495,14 @@ inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t hea
   BackwardBlocks b;
   b.items = backward_items(s, heads_kv, group, slots, pairing,
                            local == BwdLocal::kAuto && skip_possible ? BwdLocal::kOff : local);
+  if (local == BwdLocal::kAuto && split == BwdSplit::kAuto && s.tile_rows == kBwdKeys && local_under_two_waves(b.items, heads_kv, slots)) {
+    std::vector<BwdItem> plain = backward_items(s, heads_kv, group, slots, pairing, BwdLocal::kOff);
+    const std::vector<BwdItem> split_plain = split_long_walks(plain, heads_kv, group, slots);
+    if (split_plain.size() > plain.size() &&
+        double(simulated_default_makespan(split_plain, heads_kv, group, slots)) * (1.0 + kUnpairGain) <=
+            double(simulated_default_makespan(b.items, heads_kv, group, slots)))
+      b.items = std::move(plain);  // split below, as any plain walks
+  }
   if (matched) {
     b.kv_heads_together = together > 0 ? together : 1;
     return b;

@@ -1208,5 +1208,68 @@ TEST(FlexSchedule, TheWindowGpuTestsMasksTakeThreeConsumers) {
   }
 }
 
+// Short row tiles with few idle halves (idle share x mean tiles at most kPersistentIdleTiles) take
+// the persistent forward even where over a tenth of the halves are idle: the cells of
+// ab-short-fwd.json (seed 101) and ab-short-fwd-confirm.json (seed 202) that measured it faster,
+// documents and windows of a few hundred tokens; block_sparse's short row tiles (a tenth of
+// 64-blocks kept at 9001 tokens: nearly half the halves idle) keep the kernels that skip them.
+TEST(FlexSchedule, ShortRowTilesWithFewIdleHalvesTakeThePersistentForward) {
+  using lca_flex_flash::Sm90Forward;
+  auto& p = BuiltinProvider::instance();
+  struct C { const char* name; const char* params; int64_t seqlen; uint64_t seed; };
+  for (const C c : {C{"causal_document", "{\"dist\":\"uniform:320-480\"}", 30011, 101},
+                    C{"full_document", "{\"dist\":\"uniform:350-500\"}", 100003, 101},
+                    C{"sliding_window_causal", "{\"window\":300}", 30011, 101},
+                    C{"causal_document", "{\"dist\":\"uniform:250-700\"}", 77777, 202},
+                    C{"prefix_lm_document", "{\"dist\":\"uniform:300-600\"}", 45007, 202},
+                    C{"sliding_window_causal", "{\"window\":400}", 9001, 202}}) {
+    auto g = p.generate(c.name, c.params, c.seqlen, c.seed);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    const TileSchedule s = build_schedule(*g.mask, /*by_query=*/true, 128);
+    SCOPED_TRACE(std::string(c.name) + " " + c.params + " " + std::to_string(c.seqlen));
+    EXPECT_GT(lca_flex_flash::idle_share(s), lca_flex_flash::kIdleShareFor64Keys);
+    EXPECT_LE(lca_flex_flash::idle_share(s) * lca_flex_flash::mean_tiles(s), lca_flex_flash::kPersistentIdleTiles);
+    for (const int32_t group : {1, 8}) EXPECT_EQ(default_forward(s, group), Sm90Forward::persistent);
+  }
+  auto b = p.generate("block_sparse", "{\"block\":64,\"sparsity\":0.1}", 9001, 202);
+  ASSERT_EQ(b.status, LCA_OK) << b.error;
+  const TileSchedule bs = build_schedule(*b.mask, /*by_query=*/true, 128);
+  EXPECT_EQ(default_forward(bs, 1), Sm90Forward::skip64);
+  EXPECT_EQ(default_forward(bs, 8), Sm90Forward::pair);
+}
+
+// The backward's document-local order gives way to plain walks, split, where its blocks fit in two
+// waves, split_long_walks splits some plain walks and their simulated dispatch is 20% sooner
+// (local_under_two_waves): causal documents of 1100-2400 tokens at 20011 tokens (seed 101) and
+// 18001 (seed 202) with one kv head on 132 SMs. It stays at 60013 tokens (3.6 waves), with 8 kv
+// heads, at 33001 tokens with one (258 blocks: no walk split) and on the builtin masks at 128K.
+TEST(FlexSchedule, TheDocumentLocalOrderGivesWayToSplitWalksUnderTwoWaves) {
+  using lca_flex_flash::BwdMatch;
+  auto& p = BuiltinProvider::instance();
+  struct C { const char* name; const char* params; int64_t seqlen; uint64_t seed; int32_t heads_kv; bool local; };
+  for (const C c : {C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 20011, 101, 1, false},
+                    C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 18001, 202, 1, false},
+                    C{"prefix_lm_document", "{\"dist\":\"uniform:1000-3000\"}", 24007, 202, 1, false},
+                    C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 60013, 101, 1, true},
+                    C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 20011, 101, 8, true},
+                    C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 33001, 202, 1, true},
+                    C{"causal_document", "{}", 131072, 42, 1, true}, C{"shared_question", "{}", 131072, 42, 1, true}}) {
+    auto g = p.generate(c.name, c.params, c.seqlen, c.seed);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    SCOPED_TRACE(std::string(c.name) + " " + c.params + " " + std::to_string(c.seqlen) + " kv heads " +
+                 std::to_string(c.heads_kv));
+    const TileSchedule s = lca_flex_flash::default_backward_schedule(*g.mask, 2.0, 8, c.heads_kv, 132, BwdMatch::kAuto);
+    const auto blocks = lca_flex_flash::default_backward_blocks(s, c.heads_kv, 8, 132, BwdPairing::kAuto);
+    EXPECT_EQ(lca_flex_flash::local_walks(blocks.items), c.local);
+    if (!c.local) {
+      EXPECT_TRUE(std::any_of(blocks.items.begin(), blocks.items.end(), [](const BwdItem& it) { return it.slot >= 0; }));
+      std::vector<int> seen(static_cast<size_t>(s.row_tiles), 0);
+      for (const BwdItem& it : blocks.items)
+        if (it.slot < 0 || it.from_tile == 0) ++seen[static_cast<size_t>(it.tiles[0])];
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), s.row_tiles);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lca::test

@@ -245,7 +245,7 @@ inline bool wg3_grid_keeps_gain(int32_t head_dim, const TileSchedule& rows128, c
 // both) the persistent kernel is predicted faster. Measured (H100, tools/dev/matrices/
 // ab-short-fwd.json, seed 101, 30011 and 100003 tokens, heads 32:32 / 64:8 / 8:1, d64 and d128:
 // causal_document with 320-480- and 600-1000-token documents, full_document with 350-500, a
-// 300-token sliding_window_causal; idle share 0.105-0.182, idle x mean 0.97-1.02 steps): against
+// 300-token sliding_window_causal; idle share 0.105-0.182, idle x mean 0.97-1.03 steps): against
 // the pair / 64-key kernels, persistent 1.02-1.24x at head dim 64 and the 192-row tiles 1.02-1.18x
 // at 128 (the persistent kernel there 0.99-1.16x). block_sparse (a third idle, 10 or more such
 // steps) keeps the pair kernel.

@@ -94,6 +94,14 @@ void read_probe(const std::string& path, Machine& m) {
     dst.latency_us = a.value("latency_us", 0.0);
     dst.points = probe_points(a, off);
   }
+  if (patterns.contains("one_to_all") && W > 1) {
+    // One rank sends bytes / (W - 1) to each other rank: every byte leaves it.
+    const auto& a = patterns["one_to_all"];
+    core::model::LinkCurve& dst = a.value("link", "") == "intra" ? m.intra.lone : m.inter.lone;
+    dst.GBps = a.value("bandwidth_GBps", 0.0);
+    dst.latency_us = a.value("latency_us", 0.0);
+    dst.points = probe_points(a, 1.0);
+  }
 }
 
 struct RateQuery {
@@ -193,8 +201,8 @@ int cmd_cp_model(const Options& opt) {
   if (opt.model_intra_us >= 0) su.machine.intra.latency_us = opt.model_intra_us;
   if (opt.model_inter_us >= 0) su.machine.inter.latency_us = opt.model_inter_us;
   // A link given by flags is that link: the probe's measured sizes and several-peer figures go.
-  if (opt.model_intra_GBps > 0 || opt.model_intra_us >= 0) su.machine.intra.points.clear(), su.machine.intra.fanout = {};
-  if (opt.model_inter_GBps > 0 || opt.model_inter_us >= 0) su.machine.inter.points.clear(), su.machine.inter.fanout = {};
+  if (opt.model_intra_GBps > 0 || opt.model_intra_us >= 0) su.machine.intra.points.clear(), su.machine.intra.fanout = {}, su.machine.intra.lone = {};
+  if (opt.model_inter_GBps > 0 || opt.model_inter_us >= 0) su.machine.inter.points.clear(), su.machine.inter.fanout = {}, su.machine.inter.lone = {};
   if (opt.model_hbm_GBps > 0) su.machine.hbm_GBps = opt.model_hbm_GBps;
   su.rate.call_us = opt.model_call_us;
   if (opt.model_rates.empty() && opt.model_rate <= 0)
@@ -384,7 +392,7 @@ int cmd_cp_model(const Options& opt) {
     std::printf("# links: intra %.1f GB/s %.0f us one peer, %s; inter %.0f GB/s %.0f us, %s; memory %.0f GB/s; "
                 "%.0f us a call\n",
                 in.GBps, in.latency_us,
-                in.fanout.GBps > 0 ? (fmt("%.1f", in.fanout.GBps) + " GB/s several (probe all-to-all)").c_str()
+                in.fanout.GBps > 0 ? (fmt("%.1f", in.fanout.GBps) + " GB/s several (probe all-to-all)" + (in.lone.GBps > 0 ? fmt(", %.1f", in.lone.GBps) + " one sender alone (one_to_all)" : std::string())).c_str()
                                    : "several peers: no all-to-all figure, the one-peer figures serve",
                 su.machine.inter.GBps, su.machine.inter.latency_us,
                 su.machine.inter.fanout.GBps > 0 ? (fmt("%.1f", su.machine.inter.fanout.GBps) + " GB/s several").c_str()
@@ -485,6 +493,8 @@ int cmd_cp_model(const Options& opt) {
                           {"inter", {{"GBps", su.machine.inter.GBps}, {"latency_us", su.machine.inter.latency_us}}},
                           {"intra_several_peers", {{"GBps", su.machine.intra.fanout.GBps},
                                                    {"latency_us", su.machine.intra.fanout.latency_us}}},
+                          {"intra_lone_sender", {{"GBps", su.machine.intra.lone.GBps},
+                                                 {"latency_us", su.machine.intra.lone.latency_us}}},
                           {"inter_several_peers", {{"GBps", su.machine.inter.fanout.GBps},
                                                    {"latency_us", su.machine.inter.fanout.latency_us}}},
                           {"hbm_GBps", su.machine.hbm_GBps},

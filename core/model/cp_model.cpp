@@ -102,12 +102,19 @@ struct Sim {
     x.from[c] += in > 0;
   }
   // A grouped call: the intra- and inter-node parts move at once; each pays its latency once, at
-  // the one-peer or the several-peer figures of its link.
-  double transfer_ms(const Traffic& x) const {
+  // the one-peer or the several-peer figures of its link, the latter with the mean load of the
+  // call's ranks on that link (`call`: every rank's traffic in the call).
+  double transfer_ms(const Traffic& x, const std::vector<Traffic>& call) const {
     double ms = 0;
     const Link* links[2] = {&M.intra, &M.inter};
-    for (int c = 0; c < 2; ++c)
-      ms = std::max(ms, links[c]->ms(std::max(x.send[c], x.recv[c]), std::max(x.to[c], x.from[c])));
+    for (int c = 0; c < 2; ++c) {
+      double total = 0;
+      int movers = 0;
+      for (const Traffic& y : call)
+        if (y.to[c] + y.from[c] > 0) total += std::max(y.send[c], y.recv[c]), ++movers;
+      const double mean = movers > 0 ? total / movers : 0.0;
+      ms = std::max(ms, links[c]->ms(std::max(x.send[c], x.recv[c]), std::max(x.to[c], x.from[c]), mean));
+    }
     return ms;
   }
   // The exec stream idles until `when` (a transfer's arrival, a collective's end).
@@ -158,7 +165,7 @@ struct Sim {
     double start = 0, len = 0;
     for (size_t i = 0; i < members.size(); ++i) {
       start = std::max(start, exec[members[i]]);
-      len = std::max(len, transfer_ms(traffic[i]));
+      len = std::max(len, transfer_ms(traffic[i], traffic));
     }
     for (size_t i = 0; i < members.size(); ++i) {
       wait_until(members[i], start + len);
@@ -175,7 +182,7 @@ struct Sim {
       const int r = ranks[i];
       double start = ready[r];
       for (int q : peers[i]) start = std::max(start, ready[q]);
-      const double len = transfer_ms(traffic[i]);
+      const double len = transfer_ms(traffic[i], traffic);
       lane[r] = start + len;
       t[r].comm_ms += len;
       if (done) (*done)[r] = lane[r];
@@ -555,6 +562,12 @@ double Link::ms(double bytes, int peers) const {
   return curve_ms(GBps, latency_us, points, bytes);
 }
 
+double Link::ms(double bytes, int peers, double mean_bytes) const {
+  const double even = ms(bytes, peers);
+  if (peers <= 1 || fanout.GBps <= 0 || lone.GBps <= 0) return even;
+  return std::max(std::min(even, lone.ms(bytes)), fanout.ms(std::min(mean_bytes, bytes)));
+}
+
 double calibrate_tiles(const Problem& P, double measured_ms, int sms) {
   require(std::isfinite(measured_ms) && measured_ms > 0, LCA_ERR_INVALID_ARGUMENT,
           "the one-GPU time to calibrate tiles by must be a finite number above 0 ms");
@@ -595,7 +608,8 @@ Prediction predict(const Problem& P, const std::string& strategy, const nlohmann
           "the time of a tile unit (ms) must be a finite number >= 0");
   for (const Link* l : {&M.intra, &M.inter})
     require(std::isfinite(l->fanout.GBps) && l->fanout.GBps >= 0 && std::isfinite(l->fanout.latency_us) &&
-                l->fanout.latency_us >= 0,
+                l->fanout.latency_us >= 0 && std::isfinite(l->lone.GBps) && l->lone.GBps >= 0 &&
+                std::isfinite(l->lone.latency_us) && l->lone.latency_us >= 0,
             LCA_ERR_INVALID_ARGUMENT, "the several-peer bandwidth and latency must be finite numbers >= 0");
   require_finite(R.tflops, 0, "the local kernel's rate (TFLOP/s)");
   require(std::isfinite(R.call_us) && R.call_us >= 0, LCA_ERR_INVALID_ARGUMENT,

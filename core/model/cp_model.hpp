@@ -34,9 +34,17 @@ struct Link {
   // Several peers at once (an all-to-all, a group-cast stage that fetches from several groups):
   // what the probe's all-to-all measures. GBps 0: not measured, the one-peer figures serve.
   LinkCurve fanout;
+  // One rank sending to several peers while the others are idle: what the probe's one_to_all
+  // measures. Where it is faster than the all-to-all (sockets through the host, off NVLink: a
+  // connection, not the host, is the limit), a rank of an uneven several-peer call moves its bytes
+  // at it, but not faster than the all-to-all moves the call's mean rank (what every rank loads at
+  // once). GBps 0: not measured.
+  LinkCurve lone;
   LinkCurve one() const { return {GBps, latency_us, points}; }
   // The transfer of `bytes` (the larger of sent and received) with `peers` peers at once.
   double ms(double bytes, int peers) const;
+  // The same within a call whose ranks move `mean_bytes` on this link on average.
+  double ms(double bytes, int peers, double mean_bytes) const;
 };
 
 struct Machine {

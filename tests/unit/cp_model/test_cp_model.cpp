@@ -337,6 +337,45 @@ TEST(CpModel, SeveralPeersAtOnceUseTheirOwnFigures) {
   EXPECT_DOUBLE_EQ(c.ms(4e6), 3.0);  // past the largest, at GBps
 }
 
+// A lone sender's figure (the probe's one_to_all) lets a rank of an uneven several-peer call move
+// faster than the even all-to-all, down to what the all-to-all gives the call's mean rank; an even
+// call, a one-peer call and a lone figure slower than the all-to-all's (NVLink) change nothing.
+TEST(CpModel, ALoneSenderFigureSpeedsUnevenSeveralPeerCallsOnly) {
+  lca::core::model::Link l{2, 0};
+  l.fanout = {2, 0, {}};
+  const double b = 4e9;  // 2000 ms at 2 GB/s
+  EXPECT_DOUBLE_EQ(l.ms(b, 3, b / 2), l.ms(b, 3));  // no lone figure
+  l.lone = {4, 0, {}};
+  EXPECT_DOUBLE_EQ(l.ms(b, 3, b), 2000.0);      // even: the all-to-all
+  EXPECT_DOUBLE_EQ(l.ms(b, 3, b / 2), 1000.0);  // twice the mean: the lone sender's 1000 ms
+  EXPECT_DOUBLE_EQ(l.ms(b, 3, b / 4), 1000.0);  // not faster than the lone sender
+  EXPECT_DOUBLE_EQ(l.ms(b, 3, b / 1.5), 4e9 / 1.5 / 2e9 * 1e3);  // the mean rank's all-to-all
+  EXPECT_DOUBLE_EQ(l.ms(b, 1, b / 2), 2000.0);  // one peer: the ring's figures
+  l.lone = {1, 0, {}};
+  EXPECT_DOUBLE_EQ(l.ms(b, 3, b / 2), 2000.0);  // a lone sender slower than the all-to-all
+  // Over a whole prediction: balanced on documents at 4 GPUs gains, never loses; ring_p2p (one
+  // peer a step) and ulysses (even all-to-alls) keep their times.
+  const int64_t S = 65536;
+  for (const auto& [name, slices] : masks(S))
+    for (bool bwd : {false, true}) {
+      const Problem P = problem(slices, S, 64, 8, bwd);
+      Machine m;
+      m.gpus_per_node = 4;
+      m.intra = {2, 50};
+      m.intra.fanout = {2, 50, {}};
+      Machine lone = m;
+      lone.intra.lone = {4, 30, {}};
+      for (const char* st : {"balanced", "ring_p2p", "ulysses"}) {
+        const auto a = predict(P, st, nlohmann::json::object(), 4, m, kRate);
+        const auto c = predict(P, st, nlohmann::json::object(), 4, lone, kRate);
+        if (!a.refused.empty()) continue;
+        EXPECT_LE(c.time_ms, a.time_ms * (1 + 1e-12)) << st << " " << name;
+        if (std::string(st) == "ring_p2p") EXPECT_DOUBLE_EQ(c.time_ms, a.time_ms) << name;
+        if (std::string(st) == "balanced" && name == "documents") EXPECT_LT(c.time_ms, a.time_ms) << (bwd ? "bwd" : "fwd");
+      }
+    }
+}
+
 TEST(CpModel, BadInputIsRefusedByName) {
   const int64_t S = 8192;
   const Problem P = problem({slice(0, S, 0, S, LCA_SLICE_CAUSAL)}, S, 64, 8);

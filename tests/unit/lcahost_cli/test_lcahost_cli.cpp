@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <sstream>
 
 namespace lca::test {
@@ -240,6 +241,25 @@ TEST_F(Cli, CpModelValidatesAStoredRunBothWays) {
   EXPECT_HAS(r.out, "# summary area : 5 cells");
   r = lcahost({"cp-model", "--kernel-time", "cells", "--rate", "500"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
+}
+
+TEST_F(Cli, CpModelReadsTheProbesLoneSenderFigure) {
+  // The stored off-NVLink probe of 4 H200s has a one_to_all pattern: the model takes it as the
+  // lone sender's figure (bytes that leave the rank) beside the all-to-all's.
+  const std::string R = std::string(LCA_TEST_SOURCE_DIR) + "/docs/results/";
+  TempDir dir("lca_cp_model_lone");
+  const std::string out = (dir / "model.json").string();
+  const auto r = lcahost({"cp-model", "--probe", R + "2026-11-27-h200x4-probe-np4-offlink.json", "--masks", "causal",
+                          "--worlds", "4", "--gpus-per-node", "4", "--tokens-per-gpu", "4096", "--rate", "500",
+                          "--strategies", "balanced", "--json", out});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::ifstream f(out);
+  const json j = json::parse(f);
+  const double lone = j["machine"]["intra_lone_sender"]["GBps"].get<double>();
+  const double several = j["machine"]["intra_several_peers"]["GBps"].get<double>();
+  EXPECT_GT(lone, 3.5);
+  EXPECT_LT(lone, 4.5);
+  EXPECT_GT(lone, several);  // off NVLink a lone sender beats the even all-to-all
 }
 
 TEST_F(Cli, OtherBadCommandLines) {

@@ -236,7 +236,6 @@ inline bool wg3_grid_keeps_gain(int32_t head_dim, const TileSchedule& rows128, c
 // Where the 64-key kernel is picked and the group (heads_q / heads_kv) is even, the pair kernel
 // is picked instead: plan() builds 64-row tiles and a block's two consumers take the same 64 rows
 // of two query heads that share K and V, so neither has idle tiles to skip (v19).
-// The default Hopper forward (the "forward" option absent), from the 128-row schedule.
 // Short row tiles with few idle halves take the persistent kernel (at head dim 128 the 192-row
 // tiles above, where their grid keeps the gain) even over a tenth idle: a row tile skips
 // idle_share x mean_tiles 64-key tile steps in the 64-key kernels, and the persistent kernel saves
@@ -250,6 +249,7 @@ inline bool wg3_grid_keeps_gain(int32_t head_dim, const TileSchedule& rows128, c
 // at 128 (the persistent kernel there 0.99-1.16x). block_sparse (a third idle, 10 or more such
 // steps) keeps the pair kernel.
 constexpr double kPersistentIdleTiles = 2.0;
+// The default Hopper forward (the "forward" option absent), from the 128-row schedule.
 enum class Sm90Forward { k128, skip64, persistent, pair };
 constexpr Sm90Forward default_sm90_forward(double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {
   const bool short_rows = mean_tiles <= kPersistentMeanTiles || max_tiles <= kPersistentMaxTiles;

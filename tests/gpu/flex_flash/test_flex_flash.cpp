@@ -266,6 +266,21 @@ TEST(FlexFlash, ThreeConsumersInWindowsMatchTheGpuReference) {
   }
 }
 
+// Short documents with one kv head (heads 8:1) at 6007 tokens: the backward's 47 key tiles fit in
+// one wave, and by default the skip kernel runs their walks split (skip_split_under_a_wave;
+// test_flex_schedule checks that it splits them on 132 SMs), the parts' dK and dV through the fp32
+// accumulator. The last tile is partial; documents end inside tiles.
+TEST(FlexFlash, SplitWalksOfTheSkipBackwardMatchTheGpuReference) {
+  LCA_SKIP_WITHOUT_GPU();
+  const int64_t s = 6007;
+  expect_matches_gpu_reference(make("causal_document_6007_gqa8_d128_bf16", s, s, 8, 1, 128, LCA_DTYPE_BF16,
+                                    builtin_slices("causal_document", R"({"dist":"uniform:250-650"})", s, 404)),
+                               84);
+  expect_matches_gpu_reference(make("prefix_lm_document_6007_gqa8_d64_bf16", s, s, 8, 1, 64, LCA_DTYPE_BF16,
+                                    builtin_slices("prefix_lm_document", R"({"dist":"uniform:300-800"})", s, 404)),
+                               85);
+}
+
 // plan_info names the kernels forward() and backward() launch (by the values of the "forward" and
 // "backward" options that force them) and the schedules they walk. With the defaults on a Hopper
 // GPU with the sm_90a build, on the problems of the GPU tests above: the pair forward and the matched
@@ -351,6 +366,11 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
   const nlohmann::json qd = info_of(
       make("question_docs_8k", 8192, 8192, 16, 8, 128, LCA_DTYPE_BF16, lca::test::question_then_documents(8192, 128, 1024)));
   EXPECT_GT(qd["backward"]["split_walks"].get<int>(), 0);
+
+  const nlohmann::json sd = info_of(make("causal_document_6007", 6007, 6007, 8, 1, 128, LCA_DTYPE_BF16,
+                                         builtin_slices("causal_document", R"({"dist":"uniform:250-650"})", 6007, 404)));
+  EXPECT_EQ(sd["backward"]["kernel"], "sm90_skip");
+  EXPECT_GT(sd["backward"]["split_walks"].get<int>(), 0);
 }
 
 // Two instances of one process, created with other options, plan the same problem with the kernels

@@ -733,7 +733,7 @@ TEST(FlexSchedule, ShortMasksKeepTheirAdjacentKeyBlocksWhereTheLongestWalkIsTheT
 // inner) fill under a wave of 132 SMs with 8 kv heads, and the longest walk is the time; the default
 // takes plain single tiles there, their long walks split (unpaired_under_a_wave). From 4K (128 blocks
 // of pairs, simulated within 2% of unpaired) the pairs stay, as do the blocks of masks that are
-// not causal-like, and of the skip kernel's masks.
+// not causal-like; the skip kernel's masks have no pairs.
 TEST(FlexSchedule, CausalLikeMasksUnderAWaveSplitSingleTiles) {
   using lca_flex_flash::BwdLocal;
   using lca_flex_flash::BwdMatch;
@@ -767,12 +767,14 @@ TEST(FlexSchedule, CausalLikeMasksUnderAWaveSplitSingleTiles) {
       EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), s.row_tiles) << name << " " << seqlen;
     }
   }
-  // The skip kernel's (causal_document at 1K) and forced pairing keep their blocks.
+  // The skip kernel's blocks (causal_document at 1K) stay plain single tiles, never paired (under a
+  // wave its walks may be split: skip_split_under_a_wave), and forced pairing keeps its pairs.
   auto d = p.generate("causal_document", "{}", 1024, 42);
   ASSERT_EQ(d.status, LCA_OK) << d.error;
   const TileSchedule ds = lca_flex_flash::default_backward_schedule(*d.mask, 2.0, 8, 8, 132, BwdMatch::kAuto);
-  EXPECT_EQ(lca_flex_flash::default_backward_blocks(ds, 8, 8, 132, BwdPairing::kAuto).items.size(),
-            backward_items(ds, 8, 8, 132, BwdPairing::kAuto, BwdLocal::kAuto).size());
+  const auto skip_blocks = lca_flex_flash::default_backward_blocks(ds, 8, 8, 132, BwdPairing::kAuto).items;
+  EXPECT_TRUE(std::all_of(skip_blocks.begin(), skip_blocks.end(),
+                          [](const BwdItem& it) { return it.tiles[1] < 0 && it.flags == 0; }));
   auto c = p.generate("causal", "{}", 1024, 42);
   ASSERT_EQ(c.status, LCA_OK) << c.error;
   const TileSchedule cs = lca_flex_flash::default_backward_schedule(*c.mask, 2.0, 8, 8, 132, BwdMatch::kAuto);
@@ -1267,6 +1269,55 @@ TEST(FlexSchedule, TheDocumentLocalOrderGivesWayToSplitWalksUnderTwoWaves) {
       for (const BwdItem& it : blocks.items)
         if (it.slot < 0 || it.from_tile == 0) ++seen[static_cast<size_t>(it.tiles[0])];
       EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), s.row_tiles);
+    }
+  }
+}
+
+// Where the skip kernel's blocks fit in one wave (one or two kv heads at short lengths), its plain
+// walks are split (skip_split_under_a_wave) where the split simulates kUnpairGain sooner, and the
+// kernel stays the skip kernel; over a wave they stay whole. The cells of
+// tools/dev/matrices/ab-bwd-skip-split-wave.json (seed 303) and of the GPU tests (seed 404).
+TEST(FlexSchedule, TheSkipKernelsWalksAreSplitUnderAWave) {
+  using lca_flex_flash::BwdMatch;
+  auto& p = BuiltinProvider::instance();
+  struct C { const char* name; const char* params; int64_t seqlen; uint64_t seed; int32_t heads_kv; bool split; };
+  for (const C c : {C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 6007, 303, 1, true},
+                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 6007, 303, 2, true},
+                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 9088, 303, 1, true},
+                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 14011, 303, 1, true},
+                    C{"prefix_lm_document", "{\"dist\":\"uniform:500-1000\"}", 6007, 303, 2, true},
+                    C{"causal_document", "{\"dist\":\"uniform:250-650\"}", 6007, 404, 1, true},
+                    C{"prefix_lm_document", "{\"dist\":\"uniform:300-800\"}", 6007, 404, 1, true},
+                    // 142 and 220 blocks: over a wave.
+                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 9088, 303, 2, false},
+                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 14011, 303, 2, false}}) {
+    auto g = p.generate(c.name, c.params, c.seqlen, c.seed);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    SCOPED_TRACE(std::string(c.name) + " " + c.params + " " + std::to_string(c.seqlen) + " kv heads " +
+                 std::to_string(c.heads_kv));
+    const TileSchedule s = lca_flex_flash::default_backward_schedule(*g.mask, 2.0, 8, c.heads_kv, 132, BwdMatch::kAuto);
+    const double idle = lca_flex_flash::idle_share(s), walk = lca_flex_flash::mean_tiles(s) * 8,
+                 places = lca_flex_flash::span_places(lca_flex_flash::mean_span(s), 8);
+    ASSERT_TRUE(lca_flex_flash::default_sm90_skip_backward(idle, walk, /*plain_walks=*/true, places));
+    const auto blocks = lca_flex_flash::default_backward_blocks(s, c.heads_kv, 8, 132, BwdPairing::kAuto);
+    const bool split = std::any_of(blocks.items.begin(), blocks.items.end(), [](const BwdItem& it) { return it.slot >= 0; });
+    EXPECT_EQ(split, c.split);
+    EXPECT_EQ(lca_flex_flash::sm90_backward_for(lca_flex_flash::BackwardChoice::sm90_auto, idle, walk,
+                                                lca_flex_flash::plain_walks(blocks.items),
+                                                lca_flex_flash::alike_walks(blocks.items), false, places),
+              lca_flex_flash::Sm90Backward::skip);
+    // Every key tile once: whole, or its parts (the first from its first query tile).
+    std::vector<int> seen(static_cast<size_t>(s.row_tiles), 0);
+    for (const BwdItem& it : blocks.items)
+      if (it.slot < 0 || it.from_tile == 0) ++seen[static_cast<size_t>(it.tiles[0])];
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), s.row_tiles);
+    if (split) {
+      const auto whole = lca_flex_flash::default_backward_blocks(s, c.heads_kv, 8, 132, BwdPairing::kAuto,
+                                                                 lca_flex_flash::BwdLocal::kAuto,
+                                                                 lca_flex_flash::BwdSplit::kOff);
+      EXPECT_LE(double(lca_flex_flash::simulated_default_makespan(blocks.items, c.heads_kv, 8, 132)) *
+                    (1.0 + lca_flex_flash::kUnpairGain),
+                double(lca_flex_flash::simulated_default_makespan(whole.items, c.heads_kv, 8, 132)));
     }
   }
 }

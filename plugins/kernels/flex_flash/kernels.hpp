@@ -148,8 +148,8 @@ BwdPairing backward_pairing(const Options& o);
 // 4, or what of it divides heads_kv); 0 where it is absent: default_kv_heads_together's choice.
 int32_t backward_kv_heads_together(const Options& o, int32_t heads_kv);
 // Whether plan() splits the Hopper backward's long walks (split_long_walks), from the "bwd_split"
-// option: absent, by its rule (where the default takes the skip kernel, only where its blocks fit in
-// one wave: skip_split_under_a_wave); "off", never; "all", every
+// option: absent, by its rule (where the default takes the skip kernel, by skip_split_walks's);
+// "off", never; "all", every
 // plain walk of two or more query tiles into up to kForcedSplitParts parts (the tests' small
 // problems then take the split path).
 enum class BwdSplit { kAuto, kOff, kAll };
@@ -446,25 +446,33 @@ inline bool local_under_two_waves(const std::vector<BwdItem>& items, int32_t hea
   return slots > 0 && local_walks(items) && static_cast<int64_t>(items.size()) * heads_kv <= 2 * int64_t{slots};
 }
 
-// The skip kernel's plain walks are not split (split_long_walks): its blocks start where the running
-// blocks of their kv head are, which keeps their reads in L2 over many waves. Where all its blocks
-// fit in one wave (blocks x kv heads <= slots: one or two kv heads at short lengths) nothing runs
-// after them, the longest walks set the time and the other SMs idle; there split_long_walks's parts
-// (the skip kernel runs them, as it runs bwd_split's) take their place where they simulate
-// kUnpairGain sooner, as unpaired_under_a_wave gives them to the kernel without the skip. Only where
-// the split walks still take the skip kernel (its limit for walks that are not plain).
-// Measured (H100, tools/dev/matrices/ab-bwd-skip-split-wave.json, seed 303, b=1, d64 and d128),
-// every plain walk split in up to 4 (bwd_split all) against no split: causal_document with
-// 300-700-token documents and prefix_lm_document with 500-1000 at 6007 / 9088 / 14011 tokens,
-// 8:1 (47-110 blocks) 1.02-2.49x and 16:2 at 6007 (94 blocks) 1.33-1.66x, which trailed cudnn_sdpa
-// by up to 1.6x; over a wave, 16:2 at 9088 (142 blocks) 1.06-1.13x and at 14011 (220) 0.84-0.87x.
-// Confirmed (tools/dev/matrices/ab-bwd-skip-split-wave-confirm.json, seed 404, 5003 / 7777 / 12011
-// tokens, causal_document with 250-650 and 400-900-token documents, prefix_lm_document with 300-800,
-// 8:1 and 16:2): the 26 cells this rule splits ran 1.13-2.35x the walks whole (geomean 1.63x), and
-// ahead of cudnn_sdpa (0.71-0.86x its time); the 18 skip cells over a wave unchanged.
-inline std::vector<BwdItem> skip_split_under_a_wave(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group,
-                                                    int32_t slots, double idle, double walk, double places) {
-  if (slots <= 0 || items.empty() || !plain_walks(items) || static_cast<int64_t>(items.size()) * heads_kv > slots ||
+// The skip kernel's plain walks were never split (split_long_walks): its blocks start where the
+// running blocks of their kv head are, which keeps their reads in L2 over many waves. But where a few
+// walks are far longer than the rest, they set the time while the other SMs idle: under a wave (one
+// or two kv heads at short lengths, short documents) the longest documents' walks, and at any length
+// a short question that every answer sees (shared_question), whose few key tiles walk every query
+// tile while the others walk a dozen. There split_long_walks's parts (the skip kernel runs them, as
+// it runs bwd_split's) take their place where they simulate kUnpairGain sooner, as
+// unpaired_under_a_wave gives them to the kernel without the skip; only where the split walks still
+// take the skip kernel (its limit for walks that are not plain). Documents of alike walks over a
+// wave or more simulate no gain and stay whole. Measured (H100, b=1, bf16):
+// - chosen on tools/dev/matrices/ab-bwd-skip-split-wave.json (seed 303, d64 and d128), every plain
+//   walk split in up to 4 (bwd_split all) against none: causal_document with 300-700-token documents
+//   and prefix_lm_document with 500-1000 at 6007 / 9088 / 14011 tokens, 8:1 (47-110 blocks)
+//   1.02-2.49x and 16:2 at 6007 (94 blocks) 1.33-1.66x, which trailed cudnn_sdpa by up to 1.6x;
+//   16:2 at 9088 (142 blocks) 1.06-1.13x and at 14011 (220; this rule's split simulates no gain there)
+//   0.84-0.87x;
+// - confirmed under a wave on ab-bwd-skip-split-wave-confirm.json (seed 404, 5003 / 7777 / 12011
+//   tokens, causal_document with 250-650 and 400-900-token documents, prefix_lm_document with
+//   300-800, 8:1 and 16:2, d64 and d128): the 26 cells split ran 1.13-2.35x the walks whole
+//   (geomean 1.63x) and ahead of cudnn_sdpa (0.71-0.86x its time), the 18 other skip cells unchanged;
+// - over many waves on ab-bwd-skip-split-long.json (seed 505, d128): shared_question with a
+//   300-450-token question at 9088-75845 tokens ran 1.4-1.5x at 64:8 (4-36 waves), 4.5-5.9x at 16:2
+//   and 8.4-10.4x at 8:1 (it was 0.04 of full at 75845 tokens, 8:1, in a sweep); causal_document with
+//   300-700-token documents split at 8:1 only (9088: 1.44x; 20011, 1.2 waves: 1.07x), unchanged elsewhere.
+inline std::vector<BwdItem> skip_split_walks(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group,
+                                             int32_t slots, double idle, double walk, double places) {
+  if (slots <= 0 || items.empty() || !plain_walks(items) ||
       !default_sm90_skip_backward(idle, walk, /*plain_walks=*/false, places))
     return {};
   std::vector<BwdItem> split = split_long_walks(items, heads_kv, group, slots);
@@ -553,7 +561,7 @@ inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t hea
     else if (split == BwdSplit::kAuto && !default_sm90_skip_backward(idle, walk, plain_walks(b.items), places))
       b.items = split_long_walks(b.items, heads_kv, group, slots);
     else if (split == BwdSplit::kAuto)
-      if (std::vector<BwdItem> parts = skip_split_under_a_wave(b.items, heads_kv, group, slots, idle, walk, places);
+      if (std::vector<BwdItem> parts = skip_split_walks(b.items, heads_kv, group, slots, idle, walk, places);
           !parts.empty())
         b.items = std::move(parts);
   }

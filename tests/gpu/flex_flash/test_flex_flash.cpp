@@ -267,7 +267,7 @@ TEST(FlexFlash, ThreeConsumersInWindowsMatchTheGpuReference) {
 }
 
 // Short documents with one kv head (heads 8:1) at 6007 tokens: the backward's 47 key tiles fit in
-// one wave, and by default the skip kernel runs their walks split (skip_split_under_a_wave;
+// one wave, and by default the skip kernel runs their walks split (skip_split_walks;
 // test_flex_schedule checks that it splits them on 132 SMs), the parts' dK and dV through the fp32
 // accumulator. The last tile is partial; documents end inside tiles.
 TEST(FlexFlash, SplitWalksOfTheSkipBackwardMatchTheGpuReference) {

@@ -768,7 +768,7 @@ TEST(FlexSchedule, CausalLikeMasksUnderAWaveSplitSingleTiles) {
     }
   }
   // The skip kernel's blocks (causal_document at 1K) stay plain single tiles, never paired (under a
-  // wave its walks may be split: skip_split_under_a_wave), and forced pairing keeps its pairs.
+  // wave its walks may be split: skip_split_walks), and forced pairing keeps its pairs.
   auto d = p.generate("causal_document", "{}", 1024, 42);
   ASSERT_EQ(d.status, LCA_OK) << d.error;
   const TileSchedule ds = lca_flex_flash::default_backward_schedule(*d.mask, 2.0, 8, 8, 132, BwdMatch::kAuto);
@@ -1273,11 +1273,13 @@ TEST(FlexSchedule, TheDocumentLocalOrderGivesWayToSplitWalksUnderTwoWaves) {
   }
 }
 
-// Where the skip kernel's blocks fit in one wave (one or two kv heads at short lengths), its plain
-// walks are split (skip_split_under_a_wave) where the split simulates kUnpairGain sooner, and the
-// kernel stays the skip kernel; over a wave they stay whole. The cells of
-// tools/dev/matrices/ab-bwd-skip-split-wave.json (seed 303) and of the GPU tests (seed 404).
-TEST(FlexSchedule, TheSkipKernelsWalksAreSplitUnderAWave) {
+// The skip kernel's plain walks are split (skip_split_walks) where the split simulates kUnpairGain
+// sooner than the walks whole, and the kernel stays the skip kernel: short documents with one or two
+// kv heads, whose blocks fit in a wave or about, and a short question that every answer sees, whose
+// key tiles walk every query tile at any number of waves; walks of documents alike stay whole. The
+// cells of tools/dev/matrices/ab-bwd-skip-split-wave.json (seed 303), ab-bwd-skip-split-long.json
+// (seed 505) and the GPU tests (seed 404).
+TEST(FlexSchedule, TheSkipKernelsWalksAreSplitWhereTheLongestSetTheTime) {
   using lca_flex_flash::BwdMatch;
   auto& p = BuiltinProvider::instance();
   struct C { const char* name; const char* params; int64_t seqlen; uint64_t seed; int32_t heads_kv; bool split; };
@@ -1288,9 +1290,14 @@ TEST(FlexSchedule, TheSkipKernelsWalksAreSplitUnderAWave) {
                     C{"prefix_lm_document", "{\"dist\":\"uniform:500-1000\"}", 6007, 303, 2, true},
                     C{"causal_document", "{\"dist\":\"uniform:250-650\"}", 6007, 404, 1, true},
                     C{"prefix_lm_document", "{\"dist\":\"uniform:300-800\"}", 6007, 404, 1, true},
-                    // 142 and 220 blocks: over a wave.
-                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 9088, 303, 2, false},
-                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 14011, 303, 2, false}}) {
+                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 9088, 303, 2, true},
+                    C{"shared_question", "{\"dist\":\"uniform:300-450\"}", 9088, 505, 1, true},
+                    C{"shared_question", "{\"dist\":\"uniform:300-450\"}", 20011, 505, 8, true},
+                    C{"shared_question", "{\"dist\":\"uniform:300-450\"}", 75845, 505, 2, true},
+                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 20011, 505, 1, true},
+                    // Documents' walks alike over a wave or more: the split would not end sooner.
+                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 14011, 303, 2, false},
+                    C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 9088, 505, 2, false}}) {
     auto g = p.generate(c.name, c.params, c.seqlen, c.seed);
     ASSERT_EQ(g.status, LCA_OK) << g.error;
     SCOPED_TRACE(std::string(c.name) + " " + c.params + " " + std::to_string(c.seqlen) + " kv heads " +

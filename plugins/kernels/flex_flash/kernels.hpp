@@ -511,7 +511,7 @@ constexpr int32_t range_tiles(int32_t places, int32_t group) { return places / g
 // The Hopper backward's blocks and their order as plan() makes them, before place_split_walks:
 // backward_items, in the document-local order (`local`, option bwd_local) but not where the skip
 // kernel may run (its plain walks rotate instead); on 128-key schedules, long walks split (`split`,
-// option bwd_split) but not where the default takes the skip kernel; where every choice is the
+// option bwd_split), where the default takes the skip kernel only as skip_split_walks gives them; where every choice is the
 // default's, causal-like blocks that fit in one wave as unpaired_under_a_wave gives them; kv heads
 // together by default_kv_heads_together, or `together` where over 0 (option bwd_order). test_flex_schedule
 // checks the builtin masks' choices through this same function.

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -161,6 +162,24 @@ TEST(SweepPlanOptions, BadOptionsSayWhy) {
   r = sweep({"plan", "--seed", "1", "--kernels", "cudnn_sdpa", "--out", dir.path().string()});
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_HAS(r.err, "must hold flex_flash");
+}
+
+// The time estimate counts a kernel's cells only on the masks its manifest lists (cudnn_sdpa's seven;
+// flex_flash takes any), so that a plan says whether it fits one device call.
+TEST(SweepPlanOptions, TheEstimateCountsAKernelOnTheMasksOfItsManifest) {
+  SKIP_WITHOUT_PYTHON();
+  const std::string code =
+      "import json, sys; sys.path.insert(0, sys.argv[1]); from lca_sweep.estimate import kernel_masks; "
+      "m = kernel_masks('cudnn_sdpa'); print(json.dumps([sorted(m) if m is not None else None, kernel_masks('flex_flash')]))";
+  const auto r = run_process({"/usr/bin/env", "python3", "-c", code, (source_dir() / "tools").string()}, 60);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const json got = json::parse(r.out);
+  const json manifest = json::parse(read_text(source_dir() / "manifests" / "plugins" / "cudnn_sdpa.json"));
+  std::vector<std::string> expected = manifest.at("masks").get<std::vector<std::string>>();
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(got[0], json(expected));
+  EXPECT_LT(got[0].size(), kMasks.size());
+  EXPECT_TRUE(got[1].is_null());
 }
 
 json cell(const std::string& kernel, const std::string& mask_label, int seqlen, const std::string& pass,

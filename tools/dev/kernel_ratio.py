@@ -10,7 +10,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from lca_report.results import config_label, load  # noqa: E402  (tools/ on the path first)
+from lca_report.results import config_label, load, mask_label  # noqa: E402  (tools/ on the path first)
 
 
 def main():
@@ -23,12 +23,13 @@ def main():
         for r in load([path]).cells:
             if r.get("status") != "ok" or not r.get("tflops"):
                 continue
-            # The shape too: cells of one mask, length and pass at two head dims are two cells.
-            key = (r["mask"], int(r["seqlen"]), r["pass"], config_label(r))
+            # The mask's parameters and the shape too: one mask with two document ranges, or at two
+            # head dims, is two cells.
+            key = (mask_label(r), int(r["seqlen"]), r["pass"], config_label(r))
             cells.setdefault(key, {}).setdefault(r["kernel"], []).append(float(r["tflops"]))
     kernels = sorted({k for c in cells.values() for k in c if k != args.base})
     logs = {k: [] for k in kernels}
-    print(f"{'mask':26} {'seqlen':>6} pass {'shape':>17} {args.base:>16} " + " ".join(f"{k:>16}" for k in kernels))
+    print(f"{'mask':40} {'seqlen':>6} pass {'shape':>17} {args.base:>16} " + " ".join(f"{k:>16}" for k in kernels))
     for key in sorted(cells):
         c = cells[key]
         if args.base not in c:
@@ -42,7 +43,7 @@ def main():
                 row.append(f"{statistics.median(c[k]):8.1f} {ratio:6.3f} ")
             else:
                 row.append(f"{'-':>16}")
-        print(f"{key[0]:26} {key[1]:6} {key[2]:4} {key[3]:>17} {base:16.1f} " + " ".join(row))
+        print(f"{key[0][:40]:40} {key[1]:6} {key[2]:4} {key[3]:>17} {base:16.1f} " + " ".join(row))
     for k in kernels:
         if logs[k]:
             print(f"geomean {k} / {args.base}: {math.exp(sum(logs[k]) / len(logs[k])):.3f} over {len(logs[k])} cells")

@@ -1,9 +1,8 @@
 #include "attention.hpp"
 
-#include "parallel.hpp"
-
 #include <lca/checked.hpp>
 #include <lca/error.hpp>
+#include <lca/parallel.hpp>
 #include <lca/types.hpp>
 
 #include <algorithm>

@@ -2,10 +2,10 @@
 // against. Validation lives here; the arithmetic in attention.cpp; mask indexing in
 // slice_index.cpp.
 #include "attention.hpp"
-#include "parallel.hpp"
 #include "slice_index.hpp"
 
 #include <lca/lca.hpp>
+#include <lca/parallel.hpp>
 #include <lca/slice_ranges.hpp>
 
 #include <nlohmann/json.hpp>

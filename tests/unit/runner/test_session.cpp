@@ -223,6 +223,23 @@ TEST_F(Session, WrongNumbersFail) {
   EXPECT_TRUE(fail.contains("time_ms")) << "a FAIL cell is still timed";
 }
 
+// Outputs of over 65536 elements (500 tokens x 16 heads x 16) are compared in runs on several
+// threads and summed in order: the wrong kernel still fails and the good one passes.
+TEST_F(Session, LargeOutputsAreComparedInRuns) {
+  const auto out = results_ / "runs.jsonl";
+  const auto summary = run(R"({"kernels": ["fx_wrong", "fx_good"], "masks": ["causal"], "seqlens": [500],
+      "heads": ["16:16"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 0, "repeats": 1})",
+                           to(out));
+  EXPECT_EQ(summary.counts.at("FAIL"), 1);
+  EXPECT_EQ(summary.counts.at("ok"), 1);
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.cells.size(), 2u);
+  EXPECT_GT(rec.cells[0]["check"]["errors"]["o"]["rel_l2"].get<double>(), rec.cells[0]["check"]["tolerance"].get<double>());
+  EXPECT_TRUE(rec.cells[1]["check"]["passed"].get<bool>());
+  EXPECT_LE(rec.cells[1]["check"]["errors"]["o"]["rel_l2"].get<double>(), 1e-6);
+  EXPECT_EQ(rec.cells[1]["check"]["errors"]["o"]["non_finite"].get<int64_t>(), 0);
+}
+
 TEST_F(Session, TheReferenceRunsOncePerProblemAndPass) {
   // Kernels of one problem share the reference's outputs; a wrong kernel between two good ones
   // fails without spoiling what the next one is compared with, and a new problem runs it again.

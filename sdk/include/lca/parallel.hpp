@@ -1,6 +1,6 @@
-// parallel_for for the CPU reference: std::threads take work items from a shared counter, so
-// uneven items (causal rows) balance themselves; each item runs on exactly one thread.
-// Used by the forward and backward passes in attention.cpp.
+// parallel_for for host-side loops (the CPU reference's passes, the check's conversions and
+// comparisons): std::threads take work items from a shared counter, so uneven items (causal rows)
+// balance themselves; each item runs on exactly one thread.
 // Rule: body(item, thread) must write only what item owns, plus per-thread scratch[thread].
 #pragma once
 
@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-namespace lca::cpu_reference {
+namespace lca {
 
-// Threads the plugin uses: lca_exec::num_threads when positive, else the hardware's count.
+// Threads to use: `requested` when positive (a plugin's lca_exec::num_threads), else the hardware's count.
 inline int resolve_threads(int32_t requested) {
   if (requested > 0) return requested;
   const unsigned hw = std::thread::hardware_concurrency();
@@ -45,4 +45,4 @@ void parallel_for(int64_t items, int threads, Body&& body) {
   if (failure) std::rethrow_exception(failure);
 }
 
-}  // namespace lca::cpu_reference
+}  // namespace lca

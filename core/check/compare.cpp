@@ -71,9 +71,9 @@ void convert_heads(const unsigned char* raw, int64_t tokens, int heads, int d, c
 
 // The chosen heads of a THD tensor [tokens, heads, d] on the backend, as fp32 on the host
 // ([tokens, chosen.size(), d]). Only those heads are converted: at 64K tokens and 64 heads a
-// whole bf16 tensor is 1 GiB, and the check samples one head group of eight. The conversion runs
-// on the host's threads (one thread took 0.55 s for 80M bf16 elements, converting through
-// double: a checked cell converts and compares up to eight such tensors).
+// whole bf16 tensor is 1 GiB, and the check samples one head group of eight. The conversion is
+// typed and runs on the host's threads: a checked backward cell converts and compares up to eight
+// such tensors, and on one core 80M bf16 elements took 0.55 s through double, 0.30 s typed.
 std::vector<float> heads_to_host_f32(Backend& be, const void* src, int64_t tokens, int heads, int d,
                                      int32_t dtype, const std::vector<int>& chosen) {
   const size_t es = lca::dtype_size(dtype);

@@ -467,7 +467,7 @@ inline bool local_under_two_waves(const std::vector<BwdItem>& items, int32_t hea
 //   300-800, 8:1 and 16:2, d64 and d128): the 26 cells split ran 1.13-2.35x the walks whole
 //   (geomean 1.63x) and ahead of cudnn_sdpa (0.71-0.86x its time), the 18 other skip cells unchanged;
 // - over many waves on ab-bwd-skip-split-long.json (seed 505, d128): shared_question with a
-//   300-450-token question at 9088-75845 tokens ran 1.4-1.5x at 64:8 (4-36 waves), 4.5-5.9x at 16:2
+//   300-450-token question at 9088-75845 tokens ran 1.4-1.6x at 64:8 (4-36 waves), 4.6-5.9x at 16:2
 //   and 8.4-10.4x at 8:1 (it was 0.04 of full at 75845 tokens, 8:1, in a sweep); causal_document with
 //   300-700-token documents split at 8:1 only (9088: 1.44x; 20011, 1.2 waves: 1.07x), unchanged elsewhere.
 inline std::vector<BwdItem> skip_split_walks(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group,
@@ -511,8 +511,9 @@ constexpr int32_t range_tiles(int32_t places, int32_t group) { return places / g
 // The Hopper backward's blocks and their order as plan() makes them, before place_split_walks:
 // backward_items, in the document-local order (`local`, option bwd_local) but not where the skip
 // kernel may run (its plain walks rotate instead); on 128-key schedules, long walks split (`split`,
-// option bwd_split), where the default takes the skip kernel only as skip_split_walks gives them; where every choice is the
-// default's, causal-like blocks that fit in one wave as unpaired_under_a_wave gives them; kv heads
+// option bwd_split), where the default takes the skip kernel only as skip_split_walks gives them;
+// where every choice is the default's, causal-like blocks that fit in one wave as
+// unpaired_under_a_wave gives them; kv heads
 // together by default_kv_heads_together, or `together` where over 0 (option bwd_order). test_flex_schedule
 // checks the builtin masks' choices through this same function.
 // `ranges` (option bwd_ranges): places a range, where over 0; 0 never; below 0 by range_walks_rule
@@ -560,10 +561,11 @@ inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t hea
       b.items = split_items(b.items, group, 0, kForcedSplitParts);
     else if (split == BwdSplit::kAuto && !default_sm90_skip_backward(idle, walk, plain_walks(b.items), places))
       b.items = split_long_walks(b.items, heads_kv, group, slots);
-    else if (split == BwdSplit::kAuto)
+    else if (split == BwdSplit::kAuto) {
       if (std::vector<BwdItem> parts = skip_split_walks(b.items, heads_kv, group, slots, idle, walk, places);
           !parts.empty())
         b.items = std::move(parts);
+    }
   }
   if (pairing == BwdPairing::kAuto && split == BwdSplit::kAuto && together <= 0 && !skip_possible)
     if (std::vector<BwdItem> single = unpaired_under_a_wave(s, b.items, heads_kv, group, slots, local); !single.empty())

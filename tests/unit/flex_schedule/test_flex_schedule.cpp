@@ -1240,14 +1240,34 @@ TEST(FlexSchedule, ShortRowTilesWithFewIdleHalvesTakeThePersistentForward) {
   EXPECT_EQ(default_forward(bs, 8), Sm90Forward::pair);
 }
 
+// A builtin mask's default backward schedule on 132 SMs with groups of 8 query heads a kv head.
+TileSchedule default_backward_of(const char* name, const char* params, int64_t seqlen, uint64_t seed,
+                                 int32_t heads_kv) {
+  auto g = BuiltinProvider::instance().generate(name, params, seqlen, seed);
+  EXPECT_EQ(g.status, LCA_OK) << g.error;
+  if (g.status != LCA_OK) return TileSchedule{};
+  return lca_flex_flash::default_backward_schedule(*g.mask, 2.0, 8, heads_kv, 132, lca_flex_flash::BwdMatch::kAuto);
+}
+
+bool any_split(const std::vector<BwdItem>& items) {
+  return std::any_of(items.begin(), items.end(), [](const BwdItem& it) { return it.slot >= 0; });
+}
+
+// Every key tile of s once among single-tile items: whole, or its parts (the first from its first
+// query tile).
+void expect_key_tiles_once(const TileSchedule& s, const std::vector<BwdItem>& items) {
+  std::vector<int> seen(static_cast<size_t>(s.row_tiles), 0);
+  for (const BwdItem& it : items)
+    if (it.slot < 0 || it.from_tile == 0) ++seen[static_cast<size_t>(it.tiles[0])];
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), s.row_tiles);
+}
+
 // The backward's document-local order gives way to plain walks, split, where its blocks fit in two
 // waves, split_long_walks splits some plain walks and their simulated dispatch is 20% sooner
 // (local_under_two_waves): causal documents of 1100-2400 tokens at 20011 tokens (seed 101) and
 // 18001 (seed 202) with one kv head on 132 SMs. It stays at 60013 tokens (3.6 waves), with 8 kv
 // heads, at 33001 tokens with one (258 blocks: no walk split) and on the builtin masks at 128K.
 TEST(FlexSchedule, TheDocumentLocalOrderGivesWayToSplitWalksUnderTwoWaves) {
-  using lca_flex_flash::BwdMatch;
-  auto& p = BuiltinProvider::instance();
   struct C { const char* name; const char* params; int64_t seqlen; uint64_t seed; int32_t heads_kv; bool local; };
   for (const C c : {C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 20011, 101, 1, false},
                     C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 18001, 202, 1, false},
@@ -1256,19 +1276,14 @@ TEST(FlexSchedule, TheDocumentLocalOrderGivesWayToSplitWalksUnderTwoWaves) {
                     C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 20011, 101, 8, true},
                     C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 33001, 202, 1, true},
                     C{"causal_document", "{}", 131072, 42, 1, true}, C{"shared_question", "{}", 131072, 42, 1, true}}) {
-    auto g = p.generate(c.name, c.params, c.seqlen, c.seed);
-    ASSERT_EQ(g.status, LCA_OK) << g.error;
     SCOPED_TRACE(std::string(c.name) + " " + c.params + " " + std::to_string(c.seqlen) + " kv heads " +
                  std::to_string(c.heads_kv));
-    const TileSchedule s = lca_flex_flash::default_backward_schedule(*g.mask, 2.0, 8, c.heads_kv, 132, BwdMatch::kAuto);
+    const TileSchedule s = default_backward_of(c.name, c.params, c.seqlen, c.seed, c.heads_kv);
     const auto blocks = lca_flex_flash::default_backward_blocks(s, c.heads_kv, 8, 132, BwdPairing::kAuto);
     EXPECT_EQ(lca_flex_flash::local_walks(blocks.items), c.local);
     if (!c.local) {
-      EXPECT_TRUE(std::any_of(blocks.items.begin(), blocks.items.end(), [](const BwdItem& it) { return it.slot >= 0; }));
-      std::vector<int> seen(static_cast<size_t>(s.row_tiles), 0);
-      for (const BwdItem& it : blocks.items)
-        if (it.slot < 0 || it.from_tile == 0) ++seen[static_cast<size_t>(it.tiles[0])];
-      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), s.row_tiles);
+      EXPECT_TRUE(any_split(blocks.items));
+      expect_key_tiles_once(s, blocks.items);
     }
   }
 }
@@ -1280,8 +1295,6 @@ TEST(FlexSchedule, TheDocumentLocalOrderGivesWayToSplitWalksUnderTwoWaves) {
 // cells of tools/dev/matrices/ab-bwd-skip-split-wave.json (seed 303), ab-bwd-skip-split-long.json
 // (seed 505) and the GPU tests (seed 404).
 TEST(FlexSchedule, TheSkipKernelsWalksAreSplitWhereTheLongestSetTheTime) {
-  using lca_flex_flash::BwdMatch;
-  auto& p = BuiltinProvider::instance();
   struct C { const char* name; const char* params; int64_t seqlen; uint64_t seed; int32_t heads_kv; bool split; };
   for (const C c : {C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 6007, 303, 1, true},
                     C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 6007, 303, 2, true},
@@ -1298,26 +1311,20 @@ TEST(FlexSchedule, TheSkipKernelsWalksAreSplitWhereTheLongestSetTheTime) {
                     // Documents' walks alike over a wave or more: the split would not end sooner.
                     C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 14011, 303, 2, false},
                     C{"causal_document", "{\"dist\":\"uniform:300-700\"}", 9088, 505, 2, false}}) {
-    auto g = p.generate(c.name, c.params, c.seqlen, c.seed);
-    ASSERT_EQ(g.status, LCA_OK) << g.error;
     SCOPED_TRACE(std::string(c.name) + " " + c.params + " " + std::to_string(c.seqlen) + " kv heads " +
                  std::to_string(c.heads_kv));
-    const TileSchedule s = lca_flex_flash::default_backward_schedule(*g.mask, 2.0, 8, c.heads_kv, 132, BwdMatch::kAuto);
+    const TileSchedule s = default_backward_of(c.name, c.params, c.seqlen, c.seed, c.heads_kv);
     const double idle = lca_flex_flash::idle_share(s), walk = lca_flex_flash::mean_tiles(s) * 8,
                  places = lca_flex_flash::span_places(lca_flex_flash::mean_span(s), 8);
     ASSERT_TRUE(lca_flex_flash::default_sm90_skip_backward(idle, walk, /*plain_walks=*/true, places));
     const auto blocks = lca_flex_flash::default_backward_blocks(s, c.heads_kv, 8, 132, BwdPairing::kAuto);
-    const bool split = std::any_of(blocks.items.begin(), blocks.items.end(), [](const BwdItem& it) { return it.slot >= 0; });
+    const bool split = any_split(blocks.items);
     EXPECT_EQ(split, c.split);
     EXPECT_EQ(lca_flex_flash::sm90_backward_for(lca_flex_flash::BackwardChoice::sm90_auto, idle, walk,
                                                 lca_flex_flash::plain_walks(blocks.items),
                                                 lca_flex_flash::alike_walks(blocks.items), false, places),
               lca_flex_flash::Sm90Backward::skip);
-    // Every key tile once: whole, or its parts (the first from its first query tile).
-    std::vector<int> seen(static_cast<size_t>(s.row_tiles), 0);
-    for (const BwdItem& it : blocks.items)
-      if (it.slot < 0 || it.from_tile == 0) ++seen[static_cast<size_t>(it.tiles[0])];
-    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), s.row_tiles);
+    expect_key_tiles_once(s, blocks.items);
     if (split) {
       const auto whole = lca_flex_flash::default_backward_blocks(s, c.heads_kv, 8, 132, BwdPairing::kAuto,
                                                                  lca_flex_flash::BwdLocal::kAuto,

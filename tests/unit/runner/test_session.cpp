@@ -205,39 +205,34 @@ TEST_F(Session, OutOfMemoryIsEAndTheRunGoesOn) {
   EXPECT_EQ(backend_->current_bytes(), 0u) << "every buffer of the failed cell went back";
 }
 
+// A wrong kernel fails its check and a good one passes: on a small cell, and on outputs of over
+// 65536 elements (500 tokens x 16 heads x 16), which are compared in runs on several threads and
+// summed in order.
 TEST_F(Session, WrongNumbersFail) {
-  const auto out = results_ / "wrong.jsonl";
-  const auto summary = run(R"({"kernels": ["fx_wrong", "fx_good"], "masks": ["full"], "seqlens": [32],
-      "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 0, "repeats": 1})",
-                           to(out));
-  EXPECT_EQ(summary.counts.at("FAIL"), 1);
-  EXPECT_EQ(summary.counts.at("ok"), 1);
-  EXPECT_FALSE(summary.healthy());
-  const Records rec = read_records(out);
-  ASSERT_EQ(rec.cells.size(), 2u);
-  const auto& fail = rec.cells[0];
-  EXPECT_EQ(fail["status"], "FAIL");
-  EXPECT_FALSE(fail["check"]["passed"].get<bool>());
-  EXPECT_GT(fail["check"]["errors"]["o"]["rel_l2"].get<double>(), fail["check"]["tolerance"].get<double>());
-  EXPECT_NE(fail["reason"].get<std::string>().find("outside tolerance"), std::string::npos);
-  EXPECT_TRUE(fail.contains("time_ms")) << "a FAIL cell is still timed";
-}
-
-// Outputs of over 65536 elements (500 tokens x 16 heads x 16) are compared in runs on several
-// threads and summed in order: the wrong kernel still fails and the good one passes.
-TEST_F(Session, LargeOutputsAreComparedInRuns) {
-  const auto out = results_ / "runs.jsonl";
-  const auto summary = run(R"({"kernels": ["fx_wrong", "fx_good"], "masks": ["causal"], "seqlens": [500],
-      "heads": ["16:16"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 0, "repeats": 1})",
-                           to(out));
-  EXPECT_EQ(summary.counts.at("FAIL"), 1);
-  EXPECT_EQ(summary.counts.at("ok"), 1);
-  const Records rec = read_records(out);
-  ASSERT_EQ(rec.cells.size(), 2u);
-  EXPECT_GT(rec.cells[0]["check"]["errors"]["o"]["rel_l2"].get<double>(), rec.cells[0]["check"]["tolerance"].get<double>());
-  EXPECT_TRUE(rec.cells[1]["check"]["passed"].get<bool>());
-  EXPECT_LE(rec.cells[1]["check"]["errors"]["o"]["rel_l2"].get<double>(), 1e-6);
-  EXPECT_EQ(rec.cells[1]["check"]["errors"]["o"]["non_finite"].get<int64_t>(), 0);
+  int n = 0;
+  for (const char* shape : {R"("masks": ["full"], "seqlens": [32], "heads": ["1:1"])",
+                            R"("masks": ["causal"], "seqlens": [500], "heads": ["16:16"])"}) {
+    SCOPED_TRACE(shape);
+    const auto out = results_ / ("wrong" + std::to_string(n++) + ".jsonl");
+    const auto summary = run(std::string(R"({"kernels": ["fx_wrong", "fx_good"], )") + shape +
+                                 R"(, "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 0, "repeats": 1})",
+                             to(out));
+    EXPECT_EQ(summary.counts.at("FAIL"), 1);
+    EXPECT_EQ(summary.counts.at("ok"), 1);
+    EXPECT_FALSE(summary.healthy());
+    const Records rec = read_records(out);
+    ASSERT_EQ(rec.cells.size(), 2u);
+    const auto& fail = rec.cells[0];
+    EXPECT_EQ(fail["status"], "FAIL");
+    EXPECT_FALSE(fail["check"]["passed"].get<bool>());
+    EXPECT_GT(fail["check"]["errors"]["o"]["rel_l2"].get<double>(), fail["check"]["tolerance"].get<double>());
+    EXPECT_NE(fail["reason"].get<std::string>().find("outside tolerance"), std::string::npos);
+    EXPECT_TRUE(fail.contains("time_ms")) << "a FAIL cell is still timed";
+    const auto& good = rec.cells[1];
+    EXPECT_TRUE(good["check"]["passed"].get<bool>());
+    EXPECT_LE(good["check"]["errors"]["o"]["rel_l2"].get<double>(), 1e-6);
+    EXPECT_EQ(good["check"]["errors"]["o"]["non_finite"].get<int64_t>(), 0);
+  }
 }
 
 TEST_F(Session, TheReferenceRunsOncePerProblemAndPass) {

@@ -25,6 +25,8 @@ double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv
   if (mask.num_slices == 0 || mask.seqlen_q == 0 || mask.seqlen_k == 0) return 0.0;
   const ff::TileSchedule s = ff::build_schedule(mask, /*by_query=*/!backward, kModelTileRows);
   if (s.full_tiles + s.partial_tiles == 0) return 0.0;
+  // The forward's blocks heads outer (heads_together 1), as the kernel ran in the CP runs that
+  // calibrate and validate the model; plan()'s heads together (forward_heads_together) is not modelled.
   if (!backward) return double(ff::simulated_forward_makespan(s, heads_q, slots));
   // The backward's blocks as its plan makes them (key tiles paired on causal-like masks, long walks
   // split), one grid over the kv heads.

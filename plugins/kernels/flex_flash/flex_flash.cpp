@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <future>
@@ -33,11 +34,12 @@ struct UploadedSchedule {
   int32_t max_tiles = 0;
   int32_t range_places = 0;  // backward: the places of a range where the walks are split by ranges (else 0)
   int32_t kv_heads_together = 1;
+  int32_t heads_together = 1;  // forward: the heads that go out together (TileSchedule::heads_together)
   DeviceSchedule view() const {
     return DeviceSchedule{runs.as<TileRun>(), run_offsets.as<int32_t>(), bits.as<uint64_t>(), order.as<int32_t>(),
                           row_tiles, tile_rows, idle_share, mean_tiles, items.as<BwdItem>(), item_count,
                           counter.as<int32_t>(), busy_tiles, plain_walks, alike_walks, max_tiles, kv_heads_together,
-                          key_blocks.as<int32_t>(), mean_span, range_places > 0};
+                          key_blocks.as<int32_t>(), mean_span, range_places > 0, heads_together};
   }
 };
 
@@ -69,6 +71,7 @@ UploadedSchedule upload(const TileSchedule& s, const lca_exec& exec, const std::
   u.mean_tiles = static_cast<float>(mean_tiles(s));
   u.mean_span = static_cast<float>(mean_span(s));
   u.max_tiles = s.max_tiles;
+  u.heads_together = s.heads_together;
   return u;
 }
 
@@ -112,6 +115,7 @@ class FlexPlan final : public lca::IPlan {
                     {"tile_rows", fwd.tile_rows},
                     {"row_tiles", fwd.row_tiles},
                     {"busy_row_tiles", fwd.busy_tiles},
+                    {"heads_together", fwd.heads_together},
                     {"idle_share", rounded(fwd.idle_share)},
                     {"mean_tiles", rounded(fwd.mean_tiles)}};
     const std::string bwd_kernel = launched_backward_kernel(b);
@@ -229,17 +233,23 @@ class FlexFlash final : public lca::IKernel {
       }
       return b;
     });
-    TileSchedule fwd = build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup);
+    const auto heads_q = static_cast<int32_t>(pr.heads_q);
+    // Each forward schedule with the heads its blocks go out together in (the "fwd_order" option,
+    // else forward_heads_together's rule).
+    auto with_order = [&](TileSchedule s) {
+      s.heads_together = o.fwd_order == 0 ? forward_heads_together(s, heads_q, sms) : forced_heads_together(o.fwd_order, heads_q);
+      return s;
+    };
+    TileSchedule fwd = with_order(build_adaptive_schedule(mask, /*by_query=*/true, kFwdRows, fwd_speedup));
     const auto group = static_cast<int32_t>(pr.heads_q / pr.heads_kv);
     if (fwd.tile_rows == kFwdRows && pair_forward(o, idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group))
-      fwd = build_schedule(mask, /*by_query=*/true, kTile);
+      fwd = with_order(build_schedule(mask, /*by_query=*/true, kTile));
     else if (const auto d = static_cast<int32_t>(pr.head_dim);
              fwd.tile_rows == kFwdRows && wg3_forward(o, d, idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group)) {
       // Three consumers on 192-row tiles: asked for (the "forward" option), or by default where their
       // grid's simulated dispatch does not lose what they gain a cell (wg3_grid_keeps_gain).
-      TileSchedule rows192 = build_schedule(mask, /*by_query=*/true, 3 * kTile);
-      if (wg3_forward_forced(o, d) || wg3_grid_keeps_gain(d, fwd, rows192, static_cast<int32_t>(pr.heads_q), sms))
-        fwd = std::move(rows192);
+      TileSchedule rows192 = with_order(build_schedule(mask, /*by_query=*/true, 3 * kTile));
+      if (wg3_forward_forced(o, d) || wg3_grid_keeps_gain(d, fwd, rows192, heads_q, sms)) fwd = std::move(rows192);
     }
     plan->fwd = upload(fwd, exec);
     plan->fwd.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");

@@ -36,8 +36,10 @@ __global__ void __launch_bounds__(128, 2) forward_kernel(const FwdParams p) {
   auto sk = [&](int b) { return SmemTile<T, D>{smem + kQBytes + b * kTileBytes}; };
   auto sv = [&](int b) { return SmemTile<T, D>{smem + kQBytes + (2 + b) * kTileBytes}; };
 
-  const int32_t q_tile = p.sched.order[blockIdx.x];
-  const int h = blockIdx.y, hk = h / p.group;
+  const ForwardBlock blk = forward_block(blockIdx.x + int64_t{blockIdx.y} * gridDim.x, static_cast<int32_t>(gridDim.x),
+                                         static_cast<int32_t>(gridDim.y), p.sched.heads_together);
+  const int32_t q_tile = p.sched.order[blk.at];
+  const int h = blk.head, hk = h / p.group;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int64_t q0 = int64_t{q_tile} * kRows;

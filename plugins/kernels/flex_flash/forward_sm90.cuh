@@ -206,8 +206,13 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
 
   // The row tile and head of the block (persistent: of the tile being computed; pair: the first
   // of its two heads, and then each consumer's own).
-  int32_t q_tile = kPersistent ? 0 : p.sched.order[blockIdx.x];
-  int h = kPersistent ? 0 : (kPair ? 2 : 1) * static_cast<int>(blockIdx.y);
+  const ForwardBlock blk = kPersistent ? ForwardBlock{0, 0}
+                                       : forward_block(blockIdx.x + int64_t{blockIdx.y} * gridDim.x,
+                                                       static_cast<int32_t>(gridDim.x),
+                                                       static_cast<int32_t>(gridDim.y),
+                                                       kPair ? p.sched.heads_together / 2 : p.sched.heads_together);
+  int32_t q_tile = kPersistent ? 0 : p.sched.order[blk.at];
+  int h = kPersistent ? 0 : (kPair ? 2 : 1) * blk.head;
   const int wg = threadIdx.x >> 7;
   if (threadIdx.x == 0) {
     if constexpr (kPersistent) {
@@ -298,8 +303,9 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
             break;
           }
           // Only row tiles with runs: launch_forward_sm90_persistent writes the others' rows.
-          const int32_t tile_row = p.sched.order[item % busy];
-          const int head = item / busy, head_kv = head / p.group;
+          const ForwardBlock at = forward_block(item, busy, p.heads_q, p.sched.heads_together);
+          const int32_t tile_row = p.sched.order[at.at];
+          const int head = at.head, head_kv = head / p.group;
           TileCursor cur(p.sched.runs, p.sched.run_offsets, tile_row);
           slots[b].q_tile = tile_row;
           slots[b].head = head;

@@ -52,6 +52,9 @@ struct DeviceSchedule {
   float mean_span = 0.f;  // column tiles from a row tile's first scheduled one to its last (mean_span)
   // Backward only: the items are walks split by query ranges (split_by_ranges, range_walks_rule).
   bool range_walks = false;
+  // Forward only: the blocks go out in groups of this many heads, each group's heads inner
+  // (TileSchedule::heads_together, forward_block).
+  int32_t heads_together = 1;
 };
 
 // Floats in one of the split walks' fp32 accumulators (dK's; dV's follows it): BwdParams::dkv_accum.

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +42,8 @@ const Names<BackwardChoice> kBackward = {
     {"sm90_noskip", BackwardChoice::sm90_noskip},
     {"sm90_rotate", BackwardChoice::sm90_rotate}};
 
+const Names<int32_t> kFwdOrder = {{"heads_outer", 1}, {"heads_2", 2},   {"heads_4", 4},
+                                  {"heads_8", 8},     {"heads_16", 16}, {"heads_inner", -1}};
 const Names<int32_t> kOrder = {{"kv_heads_outer", 1}, {"kv_heads_inner", -1}, {"kv_heads_2", 2}, {"kv_heads_4", 4}};
 const Names<Switch> kSplit = {{"off", Switch::kOff}, {"all", Switch::kOn}};
 const Names<Switch> kOffOn = {{"off", Switch::kOff}, {"on", Switch::kOn}};
@@ -105,6 +108,7 @@ Options parse_options(const std::string& config_json) {
     else if (key == "bwd_order") o.bwd_order = value_of(kOrder, key, v);
     else if (key == "bwd_split") o.bwd_split = value_of(kSplit, key, v);
     else if (key == "bwd_ranges") o.bwd_ranges = places_of(key, v);
+    else if (key == "fwd_order") o.fwd_order = value_of(kFwdOrder, key, v);
     else if (key == "bwd_match") o.bwd_match = value_of(kOffOn, key, v);
     else if (key == "bwd_local") o.bwd_local = value_of(kOffOn, key, v);
     else if (key == "dq_first") o.dq_first = value_of(kOffOn, key, v);
@@ -112,10 +116,18 @@ Options parse_options(const std::string& config_json) {
     else
       throw lca::Error(LCA_ERR_INVALID_ARGUMENT,
                        "flex_flash: unknown option '" + key +
-                           "' (options: forward, backward, bwd_order, bwd_split, bwd_ranges, bwd_match, bwd_local, dq_first, bwd_dv_first; "
+                           "' (options: forward, backward, fwd_order, bwd_order, bwd_split, bwd_ranges, bwd_match, bwd_local, dq_first, bwd_dv_first; "
                            "see plugins/kernels/flex_flash/README.md)");
   }
   return o;
+}
+
+int32_t forced_heads_together(int32_t fwd_order, int32_t heads) {
+  if (heads <= 1) return 1;
+  if (fwd_order < 0 || fwd_order >= heads) return heads;
+  int32_t g = std::max(fwd_order, 1);
+  while (heads % g != 0) --g;
+  return g;
 }
 
 const char* forward_choice_name(ForwardChoice c) { return name_of(kForward, c, ""); }

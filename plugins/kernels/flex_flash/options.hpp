@@ -59,12 +59,20 @@ struct Options {
   // "bwd_dv_first": on issues dV += P^T dO before the dS^T barrier in the Hopper backward without the
   // skip or rotation (BwdParams::dv_first); off (and absent) after it, as before.
   Switch bwd_dv_first = Switch::kAuto;
+  // "fwd_order": the forward's heads that go out together (TileSchedule::heads_together); 0 where
+  // absent (plan()'s rule, forward_heads_together), -1 for all of them (heads_inner), else 1
+  // (heads_outer), 2, 4, 8 or 16 (heads_2 ... heads_16; the largest divisor of the heads at most that).
+  int32_t fwd_order = 0;
 };
 
 // The options of a config_json object ("" or "{}": every default). Throws lca::Error
 // (LCA_ERR_INVALID_ARGUMENT) for text that is not a JSON object, an unknown option or a value
 // outside the option's list, naming the allowed ones.
 Options parse_options(const std::string& config_json);
+
+// The heads that go out together for the "fwd_order" option's value (not 0) with `heads` heads: every
+// one for -1, else the largest divisor of heads at most the value.
+int32_t forced_heads_together(int32_t fwd_order, int32_t heads);
 
 // The option's value names, as parse_options takes them (and plan_info reports the kernels).
 const char* forward_choice_name(ForwardChoice c);

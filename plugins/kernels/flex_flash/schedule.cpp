@@ -393,18 +393,50 @@ int64_t simulated_makespan(const std::vector<int64_t>& costs, int32_t slots) {
 
 }  // namespace
 
-int64_t simulated_forward_makespan(const TileSchedule& s, int32_t heads, int32_t slots) {
+namespace {
+
+// Each row tile's forward block cost (0 for a row tile without runs).
+std::vector<int64_t> forward_row_costs(const TileSchedule& s) {
   std::vector<int64_t> row_cost(static_cast<size_t>(s.row_tiles), 0);
   for (int32_t t = 0; t < s.row_tiles; ++t) {
     int64_t tiles = 0;
     for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) tiles += s.runs[r].end - s.runs[r].begin;
     row_cost[static_cast<size_t>(t)] = tiles > 0 ? (tiles + kForwardBlockTiles) * s.tile_rows : 0;
   }
-  std::vector<int64_t> costs;
-  costs.reserve(static_cast<size_t>(s.row_tiles) * static_cast<size_t>(heads));
-  for (int32_t h = 0; h < heads; ++h)
-    for (const int32_t t : s.order) costs.push_back(row_cost[static_cast<size_t>(t)]);
+  return row_cost;
+}
+
+int64_t forward_makespan(const TileSchedule& s, const std::vector<int64_t>& row_cost, int32_t together,
+                         int32_t heads, int32_t slots) {
+  // In the kernels' launch order (forward_block over the busy row tiles: those without runs are
+  // order's last and cost nothing).
+  const int64_t blocks = int64_t{s.busy_tiles} * heads;
+  std::vector<int64_t> costs(static_cast<size_t>(blocks));
+  for (int64_t n = 0; n < blocks; ++n)
+    costs[static_cast<size_t>(n)] =
+        row_cost[static_cast<size_t>(s.order[forward_block(n, s.busy_tiles, heads, together).at])];
   return simulated_makespan(costs, slots);
+}
+
+}  // namespace
+
+int64_t simulated_forward_makespan(const TileSchedule& s, int32_t heads, int32_t slots) {
+  return forward_makespan(s, forward_row_costs(s), s.heads_together, heads, slots);
+}
+
+int32_t forward_heads_together(const TileSchedule& s, int32_t heads, int32_t slots) {
+  if (slots <= 0 || heads <= 1 || s.busy_tiles == 0) return 1;
+  const std::vector<int64_t> row_cost = forward_row_costs(s);
+  std::vector<std::pair<int32_t, int64_t>> ends;  // (heads together, simulated end), fewest first
+  for (int32_t g = 1; g < heads; g *= 2)
+    if (heads % g == 0) ends.emplace_back(g, forward_makespan(s, row_cost, g, heads, slots));
+  ends.emplace_back(heads, forward_makespan(s, row_cost, heads, heads, slots));
+  int64_t soonest = ends.front().second;
+  for (const auto& e : ends) soonest = std::min(soonest, e.second);
+  if (double(soonest) > kTogetherGain * double(ends.front().second)) return 1;
+  for (const auto& [g, end] : ends)
+    if (double(end) <= kTogetherSlack * double(soonest)) return g;
+  return 1;
 }
 
 int64_t item_iterations(const BwdItem& it, int32_t group) {

@@ -39,6 +39,10 @@ struct TileSchedule {
   std::vector<int32_t> order;   // row tiles, most tiles first (the launch order)
   int32_t busy_tiles = 0;       // row tiles with runs: order's first busy_tiles, the rest see nothing
   int32_t max_tiles = 0;        // the most scheduled tiles of one row tile: order's first one's
+  // Forward only: the blocks go out in groups of this many heads (a divisor of the grid's heads),
+  // each group's heads inner: 1, one head after another (heads outer); every head, all inner
+  // (forward_heads_together).
+  int32_t heads_together = 1;
   int64_t full_tiles = 0, partial_tiles = 0;
   int64_t idle_halves = 0;  // 64-row halves of tiles that see nothing (the idle bits set, summed)
   // Matched schedules only (build_matched_schedule), else empty: the 64-row block of each half of
@@ -48,12 +52,43 @@ struct TileSchedule {
 };
 
 // When the last block of a forward grid over the schedule ends (simulated): a block a (row tile,
-// head), row tiles in `order` and heads outer as the non-persistent Hopper kernels launch them, each
-// costing its cells (64-key tiles x tile_rows) plus kForwardBlockTiles tiles' worth for its Q load,
-// its lone first S and last P V and its finish (chosen, not timed), on `slots` SMs a block each.
-// What plan() weighs 192-row tiles against 128-row ones by (kernels.hpp, wg3_dispatch_faster).
+// head), in the order the forward kernels launch them (forward_block: row tiles in `order`, heads in
+// groups of heads_together, each group's heads inner), each costing its cells (64-key tiles x
+// tile_rows) plus kForwardBlockTiles tiles' worth for its Q load, its lone first S and last P V and
+// its finish (chosen, not timed), on `slots` SMs a block each. What plan() weighs 192-row tiles
+// against 128-row ones by (kernels.hpp, wg3_dispatch_faster), and the heads together by.
 constexpr int64_t kForwardBlockTiles = 2;
 int64_t simulated_forward_makespan(const TileSchedule& s, int32_t heads, int32_t slots);
+
+// Forward block n of a grid of `tiles` row tiles by `heads` (query heads, or head pairs in the pair
+// kernel; the persistent kernel's items likewise): `at` indexes the schedule's order. The heads go
+// in groups of `together` (a divisor of heads; anything else is taken as 1): a group's blocks are
+// every row tile in order, each with the group's heads inner; then the next group. together = 1 is
+// heads outer, together = heads every head of a row tile before the next row tile. The kernels
+// decode their blocks with it (constexpr: device code too).
+struct ForwardBlock {
+  int32_t at, head;
+};
+constexpr ForwardBlock forward_block(int64_t n, int32_t tiles, int32_t heads, int32_t together) {
+  const int64_t g = together >= 1 && together <= heads && heads % together == 0 ? together : 1;
+  const int64_t per_group = int64_t{tiles} * g, group = n / per_group, r = n % per_group;
+  return {static_cast<int32_t>(r / g), static_cast<int32_t>(group * g + r % g)};
+}
+
+// How many heads go out together (TileSchedule::heads_together), by default. Heads outer, the
+// order the grid had, a head's longest row tile starts only after every earlier head's row tiles:
+// where the heads are many waves and some row tiles walk far longer than most (causal at short
+// lengths, the last document of causal_blockwise, the rows of global_sliding's global tokens), the
+// last heads' long walks start late and end the grid alone. Heads together start their long walks
+// together. But the blocks that run at once then read the K and V of that many heads, where heads
+// outer they share one head's in L2 (measured: every head together lost 8-12% on causal and
+// causal_blockwise with 32 kv heads at head dim 128, where it gained 1.1-1.8x with one kv head).
+// The rule: of the powers of two that divide the heads, and all the heads, the fewest whose simulated
+// dispatch (simulated_forward_makespan) ends within kTogetherSlack of the soonest, where that is
+// kTogetherGain sooner than heads outer; else 1.
+constexpr double kTogetherGain = 0.95;
+constexpr double kTogetherSlack = 1.02;
+int32_t forward_heads_together(const TileSchedule& s, int32_t heads, int32_t slots);
 
 // Of the 64-row halves of the schedule's tiles, the share that sees nothing (0 for no tiles): what
 // the default Hopper forward picks its step width by (kernels.hpp, kIdleShareFor64Keys).

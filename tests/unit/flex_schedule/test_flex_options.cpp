@@ -73,6 +73,19 @@ TEST(FlexOptions, TheScheduleSwitches) {
   EXPECT_EQ(parse_options(R"({"bwd_order": "kv_heads_2"})").bwd_order, 2);
   EXPECT_EQ(parse_options(R"({"bwd_order": "kv_heads_4"})").bwd_order, 4);
   EXPECT_EQ(parse_options(R"({"bwd_split": "off"})").bwd_split, Switch::kOff);
+  // The forward's heads together: 0 absent (the rule), -1 all, else the count; forced counts take
+  // the largest divisor of the heads at most the count.
+  EXPECT_EQ(parse_options("{}").fwd_order, 0);
+  EXPECT_EQ(parse_options(R"({"fwd_order": "heads_outer"})").fwd_order, 1);
+  EXPECT_EQ(parse_options(R"({"fwd_order": "heads_8"})").fwd_order, 8);
+  EXPECT_EQ(parse_options(R"({"fwd_order": "heads_inner"})").fwd_order, -1);
+  EXPECT_EQ(lca_flex_flash::forced_heads_together(-1, 48), 48);
+  EXPECT_EQ(lca_flex_flash::forced_heads_together(8, 48), 8);
+  EXPECT_EQ(lca_flex_flash::forced_heads_together(16, 12), 12);
+  EXPECT_EQ(lca_flex_flash::forced_heads_together(8, 12), 6);
+  EXPECT_EQ(lca_flex_flash::forced_heads_together(4, 5), 1);
+  EXPECT_EQ(lca_flex_flash::forced_heads_together(1, 64), 1);
+  EXPECT_NE(refusal(R"({"fwd_order": "heads_3"})").find("heads_outer, heads_2"), std::string::npos);
 }
 
 TEST(FlexOptions, BadOptionsAreRefusedNamingTheAllowedValues) {
@@ -89,7 +102,7 @@ TEST(FlexOptions, BadOptionsAreRefusedNamingTheAllowedValues) {
   // An unknown option names the known ones.
   const std::string unknown = refusal(R"({"fwd": "sm90_k128"})");
   EXPECT_NE(unknown.find("unknown option 'fwd'"), std::string::npos) << unknown;
-  EXPECT_NE(unknown.find("forward, backward"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("forward, backward, fwd_order"), std::string::npos) << unknown;
   // Not an object, not JSON.
   EXPECT_NE(refusal(R"(["forward"])").find("JSON object"), std::string::npos);
   EXPECT_NE(refusal("{forward: mma}").find("not valid JSON"), std::string::npos);

@@ -1336,5 +1336,81 @@ TEST(FlexSchedule, TheSkipKernelsWalksAreSplitWhereTheLongestSetTheTime) {
   }
 }
 
+// Forward blocks decode as the simulation orders them: every (row tile, head) once, the heads in
+// groups of `together`, each group's heads inner; a count that does not divide the heads is 1.
+TEST(FlexSchedule, ForwardBlocksCoverEveryRowTileAndHeadOnce) {
+  using lca_flex_flash::forward_block;
+  const int32_t tiles = 7, heads = 6;
+  for (const int32_t together : {1, 2, 3, 6, 4, 0}) {
+    const int32_t g = heads % std::max(together, 1) == 0 ? std::max(together, 1) : 1;
+    std::vector<int> seen(tiles * heads, 0);
+    for (int64_t n = 0; n < int64_t{tiles} * heads; ++n) {
+      const auto b = forward_block(n, tiles, heads, together);
+      ASSERT_GE(b.at, 0);
+      ASSERT_LT(b.at, tiles);
+      ASSERT_GE(b.head, 0);
+      ASSERT_LT(b.head, heads);
+      ++seen[b.at * heads + b.head];
+      EXPECT_EQ(b.head / g, n / (int64_t{tiles} * g)) << "together " << together << ", block " << n;
+      EXPECT_EQ(b.at, (n % (int64_t{tiles} * g)) / g) << "together " << together << ", block " << n;
+    }
+    for (int x : seen) EXPECT_EQ(x, 1) << "together " << together;
+  }
+}
+
+// Heads go out together where heads outer starts the last heads' long walks late (simulated on an
+// H100's 132 SMs), in the fewest that end within 2% of the soonest: global_sliding's global rows and
+// causal_blockwise's last document, causal on 192-row tiles at 7K-16K (the 7383-token causal at
+// 32:32 d64 where cudnn_sdpa ran 1.10x flex_flash heads outer). Not where heads outer ends within 5%
+// of the soonest (causal and full on 128-row tiles at 16K, documents, long causal), nor for one head
+// or no SM count.
+TEST(FlexSchedule, HeadsGoOutTogetherWhereHeadsOuterStartsLongWalksLate) {
+  using lca_flex_flash::forward_heads_together;
+  using lca_flex_flash::simulated_forward_makespan;
+  struct Cell {
+    const char* name;
+    const char* params;
+    int64_t seqlen;
+    int32_t heads, rows;
+    bool together;
+  };
+  const std::vector<Cell> cells = {
+      {"global_sliding", R"({"global_tokens":59,"window":971})", 48065, 8, 128, true},
+      {"global_sliding", R"({"global_tokens":59,"window":971})", 48065, 64, 128, true},
+      {"causal_blockwise", R"({"dist":"uniform:300-818"})", 102912, 32, 128, true},
+      {"causal", "{}", 16384, 8, 192, true},
+      {"causal", "{}", 7383, 32, 192, true},
+      {"causal", "{}", 16384, 8, 128, false},
+      {"causal", "{}", 129664, 8, 128, false},
+      {"causal", "{}", 48065, 8, 192, false},
+      {"full", "{}", 16384, 8, 128, false},
+      {"causal_document", "{}", 32768, 8, 128, false},
+      {"shared_question", "{}", 32768, 64, 128, false},
+      {"prefix_lm_causal", R"({"prefix":98169})", 102601, 32, 192, false},
+  };
+  for (const auto& c : cells) {
+    auto g = BuiltinProvider::instance().generate(c.name, c.params, c.seqlen, 42);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    TileSchedule s = build_schedule(*g.mask, /*by_query=*/true, c.rows);
+    SCOPED_TRACE(std::string(c.name) + " " + c.params + " " + std::to_string(c.seqlen) + " heads " +
+                 std::to_string(c.heads) + " rows " + std::to_string(c.rows));
+    const int64_t outer = simulated_forward_makespan(s, c.heads, 132);
+    const int32_t together = forward_heads_together(s, c.heads, 132);
+    EXPECT_EQ(together > 1, c.together) << together;
+    EXPECT_EQ(c.heads % together, 0) << together;
+    s.heads_together = together;
+    const int64_t end = simulated_forward_makespan(s, c.heads, 132);
+    if (c.together) EXPECT_LE(double(end), lca_flex_flash::kTogetherGain * double(outer));
+    else EXPECT_EQ(end, outer);
+    for (int32_t more = together * 2; more < c.heads; more *= 2) {  // fewer heads would not do
+      s.heads_together = more;
+      EXPECT_GE(double(simulated_forward_makespan(s, c.heads, 132)) * lca_flex_flash::kTogetherSlack, double(end));
+    }
+    s.heads_together = 1;
+    EXPECT_EQ(forward_heads_together(s, 1, 132), 1);
+    EXPECT_EQ(forward_heads_together(s, c.heads, 0), 1);
+  }
+}
+
 }  // namespace
 }  // namespace lca::test

@@ -16,7 +16,7 @@ torch_flex,torch_sdpa_flash,torch_sdpa_cudnn where the torch peers are built: ru
 the ones `lcahost list` has loaded), fwd and bwd, warm-up and timing by time (--warmup-ms and
 --repeat-ms, 300 ms each), and the reference check on groups up to --check-max-len tokens
 (32768; 0 checks none). plan.json holds the draw and an H100 time for each group (fitted to past
-sweeps: 0.87-1.5x what their groups took, mostly over); run.sh runs the cheap
+sweeps: 1.02-1.27x what the groups of seeds 19 and 23 took); run.sh runs the cheap
 groups first into one results.jsonl (lcahost --resume, so running it again resumes).
 
 `report` prints, per mask and pass, the worst ratio of flex_flash's TFLOP/s to its own full at

@@ -21,18 +21,18 @@ TORCH_CELL_OVERHEAD_S = 1.5  # the torch peers build a block mask and may recomp
 PROCESS_S = 8.0              # lcahost start, GPU ceilings, cuDNN's first plan
 TORCH_PROCESS_S = 15.0       # importing torch and the first compile
 MAX_REFERENCE_FLOPS = 4e12   # core/check/compare.hpp: kv groups are sampled under it, at least one
-# The reference check, fitted (least squares) to the seconds of the checked cells of three H100
-# sweeps (seeds 11, 13 and 17: 387 cells, 4608-32768 tokens, every mask and shape) less their
-# calls. A cell's first kernel computes the reference on the sampled kv groups: seconds a TFLOP of
-# it, and a sampled group's rows (its warps walk each query row, whatever the row holds: sparse
-# masks, where every group is sampled, pay most). Every kernel then compares its outputs on the
-# sampled heads: seconds a million rows and a million elements (seqlen x head dim a sampled query
-# head). Mean error a cell 0.2 s (forward) and 0.4 s (backward). The reference taken alone at 2.5
-# TFLOP/s put a checked group of 32:32 at 19513 tokens at 77 s; it ran 183 (seed 17). Fitted while
-# the host converted and compared on one thread; on several (core/check/compare.cpp) these err high.
-REFERENCE_S_PER_TFLOP = {"fwd": 0.33, "bwd": 0.56}
-CHECK_S_PER_MROWS = {("fwd", True): 2.7, ("bwd", True): 6.3, ("fwd", False): 1.6, ("bwd", False): 2.4}
-CHECK_S_PER_MELEM = {("fwd", True): 0.012, ("bwd", True): 0.022, ("fwd", False): 0.0, ("bwd", False): 0.014}
+# The reference check, fitted (least squares) to the seconds of the checked cells of two H100
+# sweeps (seeds 19 and 23: 210 cells, 7296-27229 tokens, every mask and shape) less their plan and
+# calls, with the host's conversion and comparison on several threads (core/check/compare.cpp). A
+# cell's first kernel computes the reference on the sampled kv groups: seconds a TFLOP of it, and a
+# sampled group's rows (its warps walk each query row, whatever the row holds: sparse masks, where
+# every group is sampled, pay most). Every kernel then compares its outputs on the sampled heads:
+# seconds a million rows and a million elements (seqlen x head dim a sampled query head). Mean error
+# a cell 0.04-0.12 s (forward) and 0.10-0.19 s (backward). The fit before, on one thread (seeds 11,
+# 13 and 17), had 2-18x these seconds a million rows.
+REFERENCE_S_PER_TFLOP = {"fwd": 0.27, "bwd": 0.47}
+CHECK_S_PER_MROWS = {("fwd", True): 1.2, ("bwd", True): 2.3, ("fwd", False): 0.09, ("bwd", False): 0.74}
+CHECK_S_PER_MELEM = {("fwd", True): 0.014, ("bwd", True): 0.024, ("fwd", False): 0.006, ("bwd", False): 0.011}
 
 
 def kernel_masks(kernel):

@@ -391,10 +391,6 @@ int64_t simulated_makespan(const std::vector<int64_t>& costs, int32_t slots) {
   return end;
 }
 
-}  // namespace
-
-namespace {
-
 // Each row tile's forward block cost (0 for a row tile without runs).
 std::vector<int64_t> forward_row_costs(const TileSchedule& s) {
   std::vector<int64_t> row_cost(static_cast<size_t>(s.row_tiles), 0);

@@ -171,6 +171,7 @@ void apply_run_options(const Options& opt, core::MatrixSpec& spec) {
     spec.seqlens["*"] = opt.seqlens;
   }
   if (opt.no_check) spec.check = false;
+  if (opt.check_max_seqlen >= 0) spec.check_max_seqlen = opt.check_max_seqlen;
   if (opt.warmup >= 0) spec.warmup = opt.warmup;
   if (opt.warmup_ms >= 0) spec.warmup_ms = opt.warmup_ms;
   if (opt.repeats > 0) spec.repeats = opt.repeats;
@@ -279,6 +280,8 @@ int cmd_run(const Options& opt) {
     if (!o.device.empty()) so.child_argv.insert(so.child_argv.end(), {"--device", o.device});
     if (o.threads > 0) so.child_argv.insert(so.child_argv.end(), {"--threads", std::to_string(o.threads)});
     if (o.no_check) so.child_argv.push_back("--no-check");
+    if (o.check_max_seqlen >= 0)
+      so.child_argv.insert(so.child_argv.end(), {"--check-max-seqlen", std::to_string(o.check_max_seqlen)});
     if (o.warmup >= 0) so.child_argv.insert(so.child_argv.end(), {"--warmup", std::to_string(o.warmup)});
     if (o.warmup_ms >= 0) so.child_argv.insert(so.child_argv.end(), {"--warmup-ms", std::to_string(o.warmup_ms)});
     if (o.repeats > 0) so.child_argv.insert(so.child_argv.end(), {"--repeats", std::to_string(o.repeats)});

@@ -29,6 +29,7 @@ struct Options {
   std::string device;
   int threads = 0;
   bool no_check = false;
+  int64_t check_max_seqlen = -1;  // -1: the matrix's own
   int warmup = -1;   // -1: the matrix's own
   double warmup_ms = -1;  // -1: the matrix's own
   int repeats = 0;   // 0: the matrix's own

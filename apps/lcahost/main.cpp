@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", opt.threads, "Threads for CPU kernels, 0 (all, the default) to 4096")
       ->check(CLI::Range(0, 4096));
   app.add_flag("--no-check", opt.no_check, "Skip the reference check");
+  app.add_option("--check-max-seqlen", opt.check_max_seqlen,
+                 "Check only cells of at most this many tokens (the whole sequence; with --cp, tokens a rank x ranks); "
+                 "longer ones run unchecked and say so. 0: every length (default: the matrix's check_max_seqlen, else 0)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_option("--warmup", opt.warmup, "Untimed calls before the timed ones (default: the matrix's)")
       ->check(CLI::Range(0, 1000000));
   app.add_option("--warmup-ms", opt.warmup_ms,

@@ -192,9 +192,9 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   if (!doc.is_object()) bad(source, "(top level)", "must be a JSON object");
   static const std::set<std::string> known = {
       "name", "description", "kernels", "exclude_kernels", "masks", "seqlens", "heads", "head_dims", "dtypes",
-      "passes", "warmup", "warmup_ms", "repeats", "repeat_ms", "seed", "check", "cell_timeout_s"};
+      "passes", "warmup", "warmup_ms", "repeats", "repeat_ms", "seed", "check", "check_max_seqlen", "cell_timeout_s"};
   for (const auto& [key, value] : doc.items())
-    if (!known.count(key)) bad(source, text_brief(key), "is not a known field (known: kernels, exclude_kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, warmup_ms, repeats, repeat_ms, seed, check, cell_timeout_s)");
+    if (!known.count(key)) bad(source, text_brief(key), "is not a known field (known: kernels, exclude_kernels, masks, seqlens, heads, head_dims, dtypes, passes, warmup, warmup_ms, repeats, repeat_ms, seed, check, check_max_seqlen, cell_timeout_s)");
 
   MatrixSpec s;
   s.source = source;
@@ -262,6 +262,8 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
   if (!(s.repeat_ms >= 0 && s.repeat_ms <= 600000)) bad(source, "repeat_ms", "must be between 0 and 600000 (ms)");
   s.seed = scalar_of<uint64_t>(doc, "seed", source, 42);
   s.check = scalar_of<bool>(doc, "check", source, true);
+  s.check_max_seqlen = scalar_of<int64_t>(doc, "check_max_seqlen", source, 0);
+  if (s.check_max_seqlen < 0) bad(source, "check_max_seqlen", "must be >= 0 (0: check every length)");
   s.cell_timeout_s = scalar_of<double>(doc, "cell_timeout_s", source, 0.0);
   return s;
 }
@@ -308,11 +310,19 @@ MatrixSpec load_matrix_spec(const std::string& what, const std::filesystem::path
   return spec;
 }
 
+bool checks_length(const MatrixSpec& spec, int64_t seqlen) {
+  return spec.check && (spec.check_max_seqlen <= 0 || seqlen <= spec.check_max_seqlen);
+}
+
+std::string over_check_length(int64_t seqlen, int64_t check_max_seqlen) {
+  return "unchecked: " + std::to_string(seqlen) + " tokens, over check_max_seqlen " + std::to_string(check_max_seqlen);
+}
+
 nlohmann::json matrix_record(const MatrixSpec& spec) {
   return {{"name", spec.name},       {"source", spec.source.string()},
           {"warmup", spec.warmup},   {"warmup_ms", spec.warmup_ms},
           {"repeats", spec.repeats}, {"repeat_ms", spec.repeat_ms}, {"seed", spec.seed},
-          {"check", spec.check}};
+          {"check", spec.check}, {"check_max_seqlen", spec.check_max_seqlen}};
 }
 
 }  // namespace lca::core

@@ -66,6 +66,9 @@ struct MatrixSpec {
   double repeat_ms = 0;
   uint64_t seed = 42;
   bool check = true;
+  // Cells of longer sequences (with --cp, tokens a rank x ranks) run unchecked, their reason saying
+  // so: the reference's cost grows with the square of the length. 0 = no limit.
+  int64_t check_max_seqlen = 0;
   double cell_timeout_s = 0;           // 0 = none (used with --isolate)
 
   const std::vector<int64_t>& seqlens_for(const std::string& device) const;
@@ -88,7 +91,12 @@ MatrixSpec parse_matrix_spec(const nlohmann::json& doc, const std::filesystem::p
 void select_kernels(MatrixSpec& spec, const std::vector<std::string>& names, const std::vector<std::string>& options);
 
 // The run record's "matrix" object: what a run of the spec was asked to do (name, source, warm-up,
-// repeats, seed, check), for single-process and CP runs alike.
+// repeats, seed, check, check_max_seqlen), for single-process and CP runs alike.
 nlohmann::json matrix_record(const MatrixSpec& spec);
+
+// Whether a cell of `seqlen` tokens (the whole sequence) is checked: check on, and seqlen within
+// check_max_seqlen where that is set. over_check_length gives the cell's reason where it is not.
+bool checks_length(const MatrixSpec& spec, int64_t seqlen);
+std::string over_check_length(int64_t seqlen, int64_t check_max_seqlen);
 
 }  // namespace lca::core

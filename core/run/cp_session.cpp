@@ -283,6 +283,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                 // Lengths are per rank in CP specs; a product past 64 bits is refused in the cell.
                 const int64_t S = lca::product_of(per_rank, W).value_or(std::numeric_limits<int64_t>::max());
                 const bool bwd = pass == "bwd";
+                const bool checked = checks_length(spec, S);  // the same on every rank
                 CellResult r;
                 r.cell = Cell{srec->name() + "/" + cp.kernel, dev, mspec, S, heads, D, dtype_name, pass, ""};
                 r.cp_config = config_that_runs(srec->name(), cp_options, W, world.local_size(), heads);
@@ -453,14 +454,15 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                                   {"peak_bytes", min_max(control, my_peak)},
                                   {"tflops", min_max(control, my_median > 0 ? r.flops / W / (my_median * 1e-3) / 1e12 : 0.0)}};
                     r.status = CellStatus::ok;
-                    if (spec.check) {
+                    if (checked) {
                       host_o = lo->to_host();
                       host_lse = llse->to_host();
                       if (bwd) host_dq = ldq->to_host(), host_dk = ldk->to_host(), host_dv = ldv->to_host();
                     }
                   }  // the shards are freed before rank 0 builds the global tensors of the check
 
-                  if (spec.check) {
+                  if (spec.check && !checked) r.reason = over_check_length(S, spec.check_max_seqlen);
+                  if (checked) {
                     std::vector<unsigned char> go, gdq, gdk, gdv;
                     std::vector<float> glse;
                     if (root) {

@@ -152,6 +152,7 @@ RunnerOptions runner_options(const MatrixSpec& spec) {
   o.repeat_ms = spec.repeat_ms;
   o.seed = spec.seed;
   o.check = spec.check;
+  o.check_max_seqlen = spec.check_max_seqlen;
   return o;
 }
 
@@ -401,7 +402,9 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
   if (options_.gemm_tflops > 0 && cell.device == "cuda") r.gemm_fraction = r.tflops / options_.gemm_tflops;
   r.status = CellStatus::ok;
 
-  if (options_.check) {
+  if (options_.check && options_.check_max_seqlen > 0 && cell.seqlen > options_.check_max_seqlen) {
+    r.reason = over_check_length(cell.seqlen, options_.check_max_seqlen);
+  } else if (options_.check) {
     const auto* ref_rec = registry_.reference_kernel(cell.device);
     if (ref_rec == nullptr) {
       r.reason = "unchecked: no reference kernel for " + cell.device + " is loaded";

@@ -66,12 +66,13 @@ struct RunnerOptions {
   double repeat_ms = 0;  // MatrixSpec::repeat_ms
   uint64_t seed = 42;
   bool check = true;
+  int64_t check_max_seqlen = 0;    // MatrixSpec::check_max_seqlen: longer cells unchecked (0: none)
   int threads = 0;                 // CPU kernels: 0 = their choice
   double max_reference_flops = 4e12;
   double gemm_tflops = 0;          // measured ceiling; 0 = unknown
 };
 
-// The spec's warm-up, repeats, seed and check as runner options (the rest left at their defaults).
+// The spec's warm-up, repeats, seed, check and check_max_seqlen as runner options (the rest left at their defaults).
 RunnerOptions runner_options(const MatrixSpec& spec);
 
 // The untimed calls before a cell's timed ones: `count` of them, then more until `min_ms` of wall

@@ -200,10 +200,25 @@ TEST(MatrixSpec, OtherBadFields) {
 // A scalar of the wrong type is refused with the file and the field, not a bare JSON error.
 TEST(MatrixSpec, ScalarOfTheWrongTypeNamesTheField) {
   for (const auto& [field, value] : std::vector<std::pair<const char*, json>>{
-           {"warmup", "3"}, {"warmup_ms", "200"}, {"repeats", "many"}, {"repeat_ms", "1s"}, {"check", "yes"}, {"name", 5}, {"cell_timeout_s", "2"}, {"seed", "x"}}) {
+           {"warmup", "3"}, {"warmup_ms", "200"}, {"repeats", "many"}, {"repeat_ms", "1s"}, {"check", "yes"}, {"name", 5}, {"cell_timeout_s", "2"}, {"seed", "x"},
+           {"check_max_seqlen", "64K"}}) {
     const std::string m = refusal(with(field, value));
     EXPECT_HAS(m, "'" + std::string(field) + "'");
   }
+}
+
+// check_max_seqlen: 0 (the default) checks every length; a longer cell than a set limit is not
+// checked (checks_length); a negative limit is refused.
+TEST(MatrixSpec, CheckMaxSeqlen) {
+  EXPECT_EQ(parse(minimal()).check_max_seqlen, 0);
+  const MatrixSpec s = parse(with("check_max_seqlen", 65536));
+  EXPECT_EQ(s.check_max_seqlen, 65536);
+  EXPECT_TRUE(core::checks_length(s, 65536));
+  EXPECT_FALSE(core::checks_length(s, 65537));
+  EXPECT_TRUE(core::checks_length(parse(minimal()), int64_t{1} << 40));
+  EXPECT_FALSE(core::checks_length(parse(with("check", false)), 1));
+  EXPECT_EQ(core::matrix_record(s)["check_max_seqlen"], 65536);
+  EXPECT_HAS(refusal(with("check_max_seqlen", -1)), "'check_max_seqlen'");
 }
 
 // "4:2:1" and "64:8x" are not 4:2 and 64:8, and a head_dim of 64.7 is not 64.

@@ -162,6 +162,29 @@ TEST_F(RunCli, WrongNumbersExitThree) {
   EXPECT_NE(r.out.find("FAIL=1"), std::string::npos) << r.out;
 }
 
+// --check-max-seqlen: the cells over it run unchecked and say so (wrong numbers there pass
+// unseen: exit 0), the ones at or under it are checked; the child processes of --isolate get it too.
+TEST_F(RunCli, CheckMaxSeqlenLeavesLongerCellsUnchecked) {
+  write_text(work_ / "lengths.json", R"({"kernels": ["fx_wrong"], "masks": ["causal"], "seqlens": [32, 48],
+      "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 0, "repeats": 1})");
+  for (const bool isolate : {false, true}) {
+    const auto out = work_ / (isolate ? "iso.jsonl" : "lengths.jsonl");
+    std::vector<std::string> args = {"--matrix", (work_ / "lengths.json").string(), "--check-max-seqlen", "40",
+                                     "--out", out.string()};
+    if (isolate) args.push_back("--isolate");
+    const auto r = lcahost(args);
+    EXPECT_EQ(r.exit_code, 3) << describe(r);  // the 32-token cell is checked and fails
+    const Records rec = read_records(out);
+    ASSERT_EQ(rec.cells.size(), 2u) << describe(r);
+    EXPECT_EQ(rec.cells[0]["status"], "FAIL");
+    EXPECT_EQ(rec.cells[1]["status"], "ok");
+    EXPECT_NE(rec.cells[1].value("reason", "").find("over check_max_seqlen 40"), std::string::npos) << rec.cells[1];
+    ASSERT_EQ(rec.runs.size(), 1u);
+    EXPECT_EQ(rec.runs[0]["matrix"]["check_max_seqlen"], 40);
+  }
+  expect_refused("--check-max-seqlen", "-1");
+}
+
 TEST_F(RunCli, OutOfMemoryAloneIsHealthy) {
   write_text(work_ / "oom.json", R"({"kernels": ["fx_oom"], "masks": ["causal"], "seqlens": [32],
       "heads": ["1:1"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd", "bwd"]})");

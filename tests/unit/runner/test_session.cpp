@@ -302,6 +302,41 @@ TEST_F(Session, UncheckedWithoutAReference) {
   EXPECT_NE(r.reason.find("unchecked"), std::string::npos) << r.reason;
 }
 
+TEST_F(Session, CellsLongerThanCheckMaxSeqlenRunUncheckedAndSaySo) {
+  core::RunnerOptions o;
+  o.check_max_seqlen = 40;
+  core::Runner runner(*registry_, *masks_, {{"cpu", backend_.get()}}, o);
+  core::Cell cell{"fx_wrong", "cpu", core::MaskSpec::parse("causal"), 48, {2, 1}, 16, "f32", "fwd", ""};
+  const auto over = runner.run_cell(cell);  // wrong numbers, but over the limit: timed, not checked
+  EXPECT_EQ(over.status, core::CellStatus::ok) << over.reason;
+  EXPECT_FALSE(over.check.ran);
+  EXPECT_NE(over.reason.find("unchecked: 48 tokens, over check_max_seqlen 40"), std::string::npos) << over.reason;
+  EXPECT_EQ(runner.reference_runs(), 0);
+  cell.seqlen = 40;  // at the limit: checked, and the wrong numbers fail
+  const auto at = runner.run_cell(cell);
+  EXPECT_EQ(at.status, core::CellStatus::fail) << at.reason;
+  EXPECT_TRUE(at.check.ran);
+  EXPECT_EQ(runner.reference_runs(), 1);
+
+  // From a spec: the run record names the limit.
+  const auto out = results_ / "limited.jsonl";
+  auto spec = json::parse(kTinySpec);
+  spec["check_max_seqlen"] = 1;
+  output_.str("");
+  core::run_session(*registry_, *masks_, core::parse_matrix_spec(spec, "/specs/tiny.json"), {{"cpu", backend_.get()}},
+                    {}, to(out), output_);
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.runs.size(), 1u);
+  EXPECT_EQ(rec.runs[0]["matrix"]["check_max_seqlen"], 1);
+  int ok = 0;
+  for (const auto& c : rec.cells)
+    if (c.value("status", "") == "ok") {
+      ++ok;
+      EXPECT_FALSE(c.contains("check")) << c.dump();
+    }
+  EXPECT_GT(ok, 0);
+}
+
 TEST_F(Session, DryRunWritesNothing) {
   const auto out = results_ / "dry.jsonl";
   auto o = to(out);

@@ -81,11 +81,13 @@ constexpr ForwardBlock forward_block(int64_t n, int32_t tiles, int32_t heads, in
 // lengths, the last document of causal_blockwise, the rows of global_sliding's global tokens), the
 // last heads' long walks start late and end the grid alone. Heads together start their long walks
 // together. But the blocks that run at once then read the K and V of that many heads, where heads
-// outer they share one head's in L2 (measured: every head together lost 8-12% on causal and
-// causal_blockwise with 32 kv heads at head dim 128, where it gained 1.1-1.8x with one kv head).
+// outer they share one head's in L2 (measured, H100, tools/dev/matrices/ab-fwd-heads-together.json:
+// every head together ran 0.63-0.95x heads outer on full, causal and causal_blockwise with 32 kv
+// heads at head dim 128, 7001-90001 tokens, where with one kv head it ran up to 1.53x).
 // The rule: of the powers of two that divide the heads, and all the heads, the fewest whose simulated
 // dispatch (simulated_forward_makespan) ends within kTogetherSlack of the soonest, where that is
 // kTogetherGain sooner than heads outer; else 1.
+// Both chosen, not tuned: the 5% of the backward's rules, and a slack under the run's noise.
 constexpr double kTogetherGain = 0.95;
 constexpr double kTogetherSlack = 1.02;
 int32_t forward_heads_together(const TileSchedule& s, int32_t heads, int32_t slots);

@@ -288,7 +288,9 @@ int cmd_run(const Options& opt) {
     if (o.repeat_ms >= 0) so.child_argv.insert(so.child_argv.end(), {"--repeat-ms", std::to_string(o.repeat_ms)});
     so.child_argv.push_back("run-cell");
   }
+  so.stop_on_signal = true;
   const auto summary = core::run_session(reg, masks, spec, devices.map(), devices.host, so, std::cout);
+  if (summary.stopped_by) return 128 + summary.stopped_by;  // as the shell reports a signal
   return summary.healthy() ? 0 : 3;
 }
 

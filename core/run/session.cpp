@@ -3,12 +3,14 @@
 
 #include "core/report/results.hpp"
 #include "core/run/isolate.hpp"
+#include "core/run/stop_signal.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 
 namespace lca::core {
@@ -97,11 +99,18 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
   Runner runner(registry, masks, backends, ropt);
   const double timeout = options.cell_timeout_s > 0 ? options.cell_timeout_s : spec.cell_timeout_s;
 
+  std::optional<StopOnSignal> stop;
+  if (options.stop_on_signal) stop.emplace();
   table.header();
   const auto t0 = std::chrono::steady_clock::now();
   double ran_seconds = 0;
   size_t ran = 0;
   for (size_t i = 0; i < cells.size(); ++i) {
+    if (stop && StopOnSignal::requested()) {
+      summary.stopped_by = StopOnSignal::requested();
+      summary.left = cells.size() - i;
+      break;
+    }
     const Cell& cell = cells[i];
     CellResult r;
     if (!cell.skip.empty()) {
@@ -110,6 +119,14 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
       r = run_isolated(options.child_argv, cell, timeout);
     } else {
       r = runner.run_cell(cell);
+    }
+    if (stop && StopOnSignal::requested() &&
+        (r.status == CellStatus::error || r.status == CellStatus::crash || r.status == CellStatus::timeout)) {
+      // The signal reached the cell too (an isolated child in the same process group, a Python
+      // peer's KeyboardInterrupt): no record, so that --resume runs it again.
+      summary.stopped_by = StopOnSignal::requested();
+      summary.left = cells.size() - i;
+      break;
     }
     if (cell.skip.empty()) {
       ran_seconds += r.seconds;
@@ -125,8 +142,20 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
   }
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   table.summary(summary.counts, elapsed);
+  if (summary.stopped_by) {
+    out << "# stopped by " << signal_name(summary.stopped_by) << " with " << summary.left << " of " << summary.cells
+        << " cells not run";
+    if (writer)
+      out << "; continue with the same arguments and --resume " << writer->path().string() << " (instead of --out)";
+    out << "\n";
+  }
   if (writer) {
-    writer->write_summary({{"counts", summary.counts}, {"elapsed_s", elapsed}});
+    nlohmann::json record{{"counts", summary.counts}, {"elapsed_s", elapsed}};
+    if (summary.stopped_by) {
+      record["stopped_by"] = signal_name(summary.stopped_by);
+      record["cells_left"] = summary.left;
+    }
+    writer->write_summary(record);
     writer->finish();
     out << "# results: " << writer->path().string() << " (and .csv)\n";
   }

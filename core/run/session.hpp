@@ -1,6 +1,7 @@
 // A run of a whole matrix: expansion, resume, the loop over cells (in-process or isolated),
 // streaming results and the terminal table with progress. Used by `lcahost --matrix`.
-// Rule: every expanded cell ends as exactly one record (or is already in the resumed file).
+// Rule: every expanded cell ends as exactly one record (or is already in the resumed file), except
+// the cells a stopping signal leaves unrun, which the summary counts and --resume runs.
 #pragma once
 
 #include "core/mask/mask_source.hpp"
@@ -29,12 +30,15 @@ struct SessionOptions {
   int threads = 0;
   nlohmann::json environment;           // written as the run record
   double gemm_tflops = 0;               // the GPU's measured ceiling, for gemm_fraction
+  bool stop_on_signal = false;          // SIGINT/SIGTERM stop the run between cells (StopOnSignal)
 };
 
 struct SessionSummary {
   std::map<std::string, int> counts;    // status, by its record name (to_string) -> cells
   size_t cells = 0;
   size_t resumed = 0;
+  int stopped_by = 0;                   // the signal that stopped the run early, or 0
+  size_t left = 0;                      // with stopped_by: cells not run (and not recorded)
   bool healthy() const;                 // no FAIL, ERROR, CRASH or TIMEOUT
 };
 

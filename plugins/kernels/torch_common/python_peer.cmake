@@ -11,7 +11,8 @@ include(${CMAKE_CURRENT_LIST_DIR}/torch.cmake)
 # torch's DLPack header; no LibTorch is linked. Otherwise prints "lca: <name> not built: <why>"
 # and adds nothing, so the caller checks `if(NOT TARGET lca_<name>)`. With LCA_WITH_TORCH=ON a
 # missing Python or DLPack header stops the configure.
-#   SOURCES           the plugin's own sources; python_runtime.cpp and python_peer.cpp are added
+#   SOURCES           the plugin's own sources; python_runtime.cpp, python_dlpack.cpp and
+#                     python_peer.cpp are added
 #   PYTHON            files copied to python/ beside the plugin at build time, and installed there
 #   NOT_BUILT_BECAUSE a reason of the caller's own (empty: none), reported where torch was found;
 #                     it never stops the configure
@@ -68,7 +69,7 @@ function(lca_add_python_peer)
   set(target lca_${P_NAME})
   lca_add_plugin(NAME ${P_NAME}
     MANIFEST ${P_MANIFEST}
-    SOURCES ${P_SOURCES} ${common}/python_runtime.cpp ${common}/python_peer.cpp
+    SOURCES ${P_SOURCES} ${common}/python_runtime.cpp ${common}/python_dlpack.cpp ${common}/python_peer.cpp
     LIBRARIES Python3::Python nlohmann_json::nlohmann_json ${CMAKE_DL_LIBS})
   target_include_directories(${target} PRIVATE ${CMAKE_SOURCE_DIR})
   target_include_directories(${target} SYSTEM PRIVATE ${dlpack_dir})

@@ -1,7 +1,6 @@
 // The embedded interpreter; see python_runtime.hpp.
 #include "python_runtime.hpp"
 
-#include <ATen/dlpack.h>
 #include <lca/error.hpp>
 
 #include <dlfcn.h>
@@ -10,6 +9,20 @@
 
 namespace lca_torch {
 namespace {
+
+// Gil scopes open on this thread, and a KeyboardInterrupt not yet handed to the host.
+thread_local int gil_depth = 0;
+thread_local bool interrupt_pending = false;
+
+// Puts the host's action for `signal` back if a call into Python changed it. A one-shot handler
+// of the host's (SA_RESETHAND) that has fired is left at the default action it reset itself to.
+void keep_host_action(int signal, const struct sigaction& host) {
+  struct sigaction now {};
+  if (sigaction(signal, nullptr, &now) != 0) return;
+  if (now.sa_handler == host.sa_handler && now.sa_flags == host.sa_flags) return;
+  if (now.sa_handler == SIG_DFL && (host.sa_flags & SA_RESETHAND) != 0) return;
+  sigaction(signal, &host, nullptr);
+}
 
 std::string utf8_of(PyObject* o) {
   if (o == nullptr) return "";
@@ -87,26 +100,36 @@ void start_once(const std::string& python, const std::string& module_dir) {
   PyEval_SaveThread();  // from here on every caller takes the GIL through Gil
 }
 
-void capsule_destructor(PyObject* capsule) {
-  // Only a capsule torch never consumed still carries its name "dltensor".
-  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
-  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
-  if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
+}  // namespace
+
+Gil::Gil() {
+  sigaction(SIGINT, nullptr, &host_int_);
+  sigaction(SIGTERM, nullptr, &host_term_);
+  state_ = PyGILState_Ensure();
+  ++gil_depth;
 }
 
-struct OwnedTensor {
-  DLManagedTensor managed{};
-  int64_t shape[4]{};
-  int64_t strides[4]{};
-};
-
-void delete_owned(DLManagedTensor* self) { delete static_cast<OwnedTensor*>(self->manager_ctx); }
-
-}  // namespace
+Gil::~Gil() {
+  --gil_depth;
+  PyGILState_Release(state_);
+  keep_host_action(SIGINT, host_int_);
+  keep_host_action(SIGTERM, host_term_);
+  if (gil_depth == 0 && interrupt_pending) {
+    interrupt_pending = false;
+    std::raise(SIGINT);  // the host's action: lcahost stops between cells; by default the process ends
+  }
+}
 
 void start_python(const std::string& python, const std::string& module_dir) {
   static std::once_flag once;
-  std::call_once(once, [&] { start_once(python, module_dir); });
+  std::call_once(once, [&] {
+    struct sigaction host_int {}, host_term {};
+    sigaction(SIGINT, nullptr, &host_int);
+    sigaction(SIGTERM, nullptr, &host_term);
+    start_once(python, module_dir);
+    sigaction(SIGINT, &host_int, nullptr);  // whatever starting Python did, the host's stay
+    sigaction(SIGTERM, &host_term, nullptr);
+  });
   const Started& s = started();
   lca::require(s.error.empty(), LCA_ERR_DEVICE, "embedded Python: " + s.error);
   lca::require(s.python == python, LCA_ERR_INVALID_ARGUMENT,
@@ -129,6 +152,7 @@ void throw_python_error(const std::string& what) {
   lca_status status = LCA_ERR_DEVICE;
   if (name == "OutOfMemoryError") status = LCA_ERR_OUT_OF_MEMORY;
   if (name == "Unsupported") status = LCA_ERR_UNSUPPORTED;
+  if (name == "KeyboardInterrupt") interrupt_pending = true;
   throw lca::Error(status, what + ": " + name + ": " + message);
 }
 
@@ -137,34 +161,5 @@ PyObject* checked(PyObject* result, const std::string& what) {
   return result;
 }
 
-PyObject* dlpack_capsule(void* data, int32_t dtype, int32_t device, int32_t ndim, const int64_t* shape,
-                         const int64_t* strides) {
-  lca::require(ndim >= 1 && ndim <= 4, LCA_ERR_INTERNAL, "dlpack_capsule: 1 to 4 dimensions");
-  auto* owned = new OwnedTensor;
-  DLTensor& t = owned->managed.dl_tensor;
-  t.data = data;
-  t.device = DLDevice{kDLCUDA, device};
-  t.ndim = ndim;
-  switch (dtype) {
-    case LCA_DTYPE_BF16: t.dtype = DLDataType{static_cast<uint8_t>(kDLBfloat), 16, 1}; break;
-    case LCA_DTYPE_F16: t.dtype = DLDataType{static_cast<uint8_t>(kDLFloat), 16, 1}; break;
-    default: t.dtype = DLDataType{static_cast<uint8_t>(kDLFloat), 32, 1}; break;
-  }
-  for (int32_t i = 0; i < ndim; ++i) {
-    owned->shape[i] = shape[i];
-    owned->strides[i] = strides[i];
-  }
-  t.shape = owned->shape;
-  t.strides = owned->strides;
-  t.byte_offset = 0;
-  owned->managed.manager_ctx = owned;
-  owned->managed.deleter = &delete_owned;
-  PyObject* capsule = PyCapsule_New(&owned->managed, "dltensor", &capsule_destructor);
-  if (capsule == nullptr) {
-    delete owned;
-    throw_python_error("making a DLPack capsule");
-  }
-  return capsule;
-}
 
 }  // namespace lca_torch

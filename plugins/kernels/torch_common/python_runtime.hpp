@@ -10,6 +10,7 @@
 
 #include <lca/abi.h>
 
+#include <csignal>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -26,16 +27,21 @@ namespace lca_torch {
 // host's --isolate protocol owns stdout) and releases the GIL. Throws lca::Error.
 void start_python(const std::string& python, const std::string& module_dir);
 
-// Holds the GIL for its scope.
+// Holds the GIL for its scope. SIGINT and SIGTERM stay the host's: a library that installs
+// Python's handlers during the call (torch, Triton) has them taken back when the scope ends, and
+// a KeyboardInterrupt that throw_python_error met is handed to the host as SIGINT then, so that
+// lcahost stops its run between cells instead of recording an ERROR and going on.
 class Gil {
  public:
-  Gil() : state_(PyGILState_Ensure()) {}
-  ~Gil() { PyGILState_Release(state_); }
+  Gil();
+  ~Gil();
   Gil(const Gil&) = delete;
   Gil& operator=(const Gil&) = delete;
 
  private:
   PyGILState_STATE state_;
+  struct sigaction host_int_{};
+  struct sigaction host_term_{};
 };
 
 // An owned reference (destroy only with the GIL held).
@@ -64,7 +70,8 @@ class PyRef {
 
 // Throws the pending Python exception as lca::Error: torch's OutOfMemoryError becomes
 // LCA_ERR_OUT_OF_MEMORY, an exception class named Unsupported LCA_ERR_UNSUPPORTED, anything else
-// LCA_ERR_DEVICE; the message is "<what>: <ExceptionType>: <first line>".
+// LCA_ERR_DEVICE; the message is "<what>: <ExceptionType>: <first line>". A KeyboardInterrupt
+// also marks SIGINT for the host, raised when the outermost Gil ends.
 [[noreturn]] void throw_python_error(const std::string& what);
 
 // Returns `result` when not NULL, else throws the pending Python exception.

@@ -387,5 +387,29 @@ TEST_F(RunCli, CellTimeoutRunsEachCellIsolated) {
   EXPECT_EQ(rec.cells[0]["status"], "TIMEOUT");
 }
 
+// Ctrl-C in a run (fx_sigint raises SIGINT in its first forward): the cell finishes and is kept,
+// lcahost stops there with 130, as the shell reports SIGINT, and prints how to go on.
+TEST_F(RunCli, SigintStopsAfterTheCellAndSaysHowToResume) {
+  PluginFolder folder;
+  folder.with_masks().with_reference().with_case("sigint");
+  write_text(work_ / "stop.json", R"({"kernels": ["fx_sigint"], "masks": ["full", "causal"], "seqlens": [64],
+    "heads": ["2:2"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"], "warmup": 1, "repeats": 2})");
+  const auto out = work_ / "stop.jsonl";
+  const auto r = run_lcahost(folder.path(), {"--threads", "1", "--matrix", (work_ / "stop.json").string(),
+                                             "--out", out.string()});
+  EXPECT_EQ(r.exit_code, 130) << describe(r);
+  EXPECT_NE(r.err.find("stopping after the cell in flight"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("# stopped by SIGINT with 1 of 2 cells not run"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--resume " + out.string()), std::string::npos) << r.out;
+  EXPECT_EQ(read_records(out).cells.size(), 1u);
+
+  const auto rest = run_lcahost(folder.path(), {"--threads", "1", "--matrix", (work_ / "stop.json").string(),
+                                                "--resume", out.string()});
+  EXPECT_EQ(rest.exit_code, 0) << describe(rest);
+  const Records rec = read_records(out);
+  ASSERT_EQ(rec.cells.size(), 2u);
+  EXPECT_NE(rec.cells[0]["mask"], rec.cells[1]["mask"]);
+}
+
 }  // namespace
 }  // namespace lca::test

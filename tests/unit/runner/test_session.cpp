@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <set>
 #include <sstream>
 
@@ -351,6 +353,88 @@ TEST_F(Session, DryRunWritesNothing) {
 
 // The runner and the CP session report this one statistic: an even count takes the mean of the two
 // middle times (the CP session took the upper one before), order does not matter, none is 0.
+// SIGINT or SIGTERM during a run: the cell in flight finishes and is kept, the run stops there and
+// says how to go on, and --resume runs the rest. fx_sigint raises SIGINT in its first forward.
+class SessionStop : public Session {
+ protected:
+  SessionStop() {
+    folder_.with_case("sigint");
+    registry_ = std::make_unique<core::Registry>(core::Registry::load(folder_.path()));
+    masks_ = std::make_unique<core::MaskSource>(*registry_);
+  }
+  static std::string spec(const std::string& kernel) {
+    return R"({"kernels": [")" + kernel + R"("], "masks": ["full", "causal", "sliding_window"], "seqlens": [64],
+               "heads": ["2:2"], "head_dims": [16], "dtypes": ["f32"], "passes": ["fwd"],
+               "warmup": 1, "repeats": 2, "seed": 7})";
+  }
+  core::SessionOptions stopping(const fs::path& out) {
+    auto o = to(out);
+    o.stop_on_signal = true;
+    return o;
+  }
+};
+
+TEST_F(SessionStop, TheCellInFlightIsKeptAndTheRunStopsAfterIt) {
+  const auto out = results_ / "stopped.jsonl";
+  const auto summary = run(spec("fx_sigint"), stopping(out));
+  EXPECT_EQ(summary.stopped_by, SIGINT);
+  EXPECT_EQ(summary.left, 2u);
+  EXPECT_EQ(summary.counts.at("ok"), 1);
+  EXPECT_TRUE(summary.healthy());
+  EXPECT_NE(output_.str().find("# stopped by SIGINT with 2 of 3 cells not run"), std::string::npos) << output_.str();
+  EXPECT_NE(output_.str().find("--resume " + out.string()), std::string::npos) << output_.str();
+
+  Records rec = read_records(out);
+  ASSERT_EQ(rec.cells.size(), 1u);
+  EXPECT_EQ(rec.cells[0]["status"], "ok");
+  EXPECT_EQ(rec.cells[0]["mask"], "full");
+  ASSERT_EQ(rec.summaries.size(), 1u);
+  EXPECT_EQ(rec.summaries[0]["stopped_by"], "SIGINT");
+  EXPECT_EQ(rec.summaries[0]["cells_left"], 2);
+
+  auto o = stopping(out);
+  o.resume = true;
+  const auto rest = run(spec("fx_sigint"), o);
+  EXPECT_EQ(rest.stopped_by, 0);
+  EXPECT_EQ(rest.resumed, 1u);
+  EXPECT_EQ(rest.counts.at("ok"), 2);
+  rec = read_records(out);
+  std::set<std::string> masks;
+  for (const auto& c : rec.cells) {
+    EXPECT_EQ(c["status"], "ok") << c.dump();
+    masks.insert(c["mask"].get<std::string>());
+  }
+  EXPECT_EQ(rec.cells.size(), 3u);
+  EXPECT_EQ(masks.size(), 3u) << "each cell once";
+}
+
+TEST_F(SessionStop, ACellTheSignalBrokeGetsNoRecordAndResumeRunsIt) {
+  // fx_sigint_error fails the call the signal came in, as a Python peer does on KeyboardInterrupt:
+  // that ERROR is the interruption, not the kernel's, so it is not recorded.
+  const auto out = results_ / "broken.jsonl";
+  const auto summary = run(spec("fx_sigint_error"), stopping(out));
+  EXPECT_EQ(summary.stopped_by, SIGINT);
+  EXPECT_EQ(summary.left, 3u);
+  EXPECT_TRUE(summary.counts.empty());
+  EXPECT_TRUE(read_records(out).cells.empty());
+
+  auto o = stopping(out);
+  o.resume = true;
+  const auto rest = run(spec("fx_sigint_error"), o);
+  EXPECT_EQ(rest.resumed, 0u);
+  EXPECT_EQ(rest.counts.at("ok"), 3);
+  EXPECT_EQ(read_records(out).cells.size(), 3u);
+}
+
+TEST_F(SessionStop, TheHostsHandlersAreBackAfterTheRun) {
+  struct sigaction before {};
+  sigaction(SIGINT, nullptr, &before);
+  run(spec("fx_sigint"), stopping(results_ / "handlers.jsonl"));
+  struct sigaction after {};
+  sigaction(SIGINT, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+}
+
 TEST(MedianOf, MiddleOrMeanOfTheTwoMiddlesAndTheCellsStats) {
   EXPECT_DOUBLE_EQ(lca::core::median_of({3.0, 1.0, 2.0}), 2.0);
   EXPECT_DOUBLE_EQ(lca::core::median_of({4.0, 1.0, 3.0, 2.0}), 2.5);

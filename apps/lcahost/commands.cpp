@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <charconv>
@@ -290,7 +291,15 @@ int cmd_run(const Options& opt) {
   }
   so.stop_on_signal = true;
   const auto summary = core::run_session(reg, masks, spec, devices.map(), devices.host, so, std::cout);
-  if (summary.stopped_by) return 128 + summary.stopped_by;  // as the shell reports a signal
+  if (summary.stopped_by) {
+    // Ended by the signal itself, so that a calling shell script stops too (a shell goes on past
+    // a child that caught SIGINT and exited normally); what was written is complete already.
+    std::cout.flush();
+    std::cerr.flush();
+    std::signal(summary.stopped_by, SIG_DFL);
+    std::raise(summary.stopped_by);
+    return 128 + summary.stopped_by;
+  }
   return summary.healthy() ? 0 : 3;
 }
 

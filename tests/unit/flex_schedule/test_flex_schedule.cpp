@@ -860,6 +860,53 @@ TEST(FlexSchedule, SparseWalksThatPassOverManyPlacesSplitByRanges) {
   }
 }
 
+// Blocks that fill whole tiles (block_sparse with blocks of 128) leave no tile part idle, so
+// range_walks_rule (over a tenth idle) does not split their walks, however many places they pass
+// over: the kernel without the skip, plain walks, or rotated ones where long and alike. paper-sparse
+// found this backward at 303-390 TFLOP/s at 64K-128K with 64:8 against 467-541 at 32K; forced
+// ranges ({"bwd_ranges": 800}, tools/dev/matrices/ab-bwd-ranges-block128.json) are what its A/B
+// times, so they must split these walks into valid parts that the skip kernel runs.
+TEST(FlexSchedule, BlocksThatFillTilesKeepTheirWalksUnlessRangesAreForced) {
+  for (const int block : {128}) {
+    for (const double kept : {0.1, 0.5}) {
+      for (const int64_t seqlen : {32768, 65536, 98321}) {
+        const std::string params = "{\"block\": " + std::to_string(block) + ", \"sparsity\": " + std::to_string(kept) + "}";
+        auto g = BuiltinProvider::instance().generate("block_sparse", params, seqlen, 4242);
+        ASSERT_EQ(g.status, LCA_OK) << g.error;
+        for (const int32_t group : {1, 8}) {
+          const std::string at = "block " + std::to_string(block) + " kept " + std::to_string(kept) + " " +
+                                 std::to_string(seqlen) + " tokens group " + std::to_string(group);
+          const TileSchedule s = lca_flex_flash::default_backward_schedule(
+              *g.mask, 391.0 / 196.0 /* choice.cu: plan()'s on Hopper */, group, 8, 132, lca_flex_flash::BwdMatch::kAuto);
+          const double idle = lca_flex_flash::idle_share(s), walk = lca_flex_flash::mean_tiles(s) * group;
+          const double places = lca_flex_flash::span_places(lca_flex_flash::mean_span(s), group);
+          EXPECT_LT(idle, 0.01) << at << ": only the short last block of a length off the tiles leaves parts idle";
+          EXPECT_TRUE(s.key_blocks.empty()) << at;
+
+          const auto b = lca_flex_flash::default_backward_blocks(s, 8, group, 132, BwdPairing::kAuto);
+          EXPECT_EQ(b.range_places, 0) << at;
+          const bool plain = lca_flex_flash::plain_walks(b.items), alike = lca_flex_flash::alike_walks(b.items);
+          EXPECT_NE(lca_flex_flash::sm90_backward_for(lca_flex_flash::BackwardChoice::sm90_auto, idle, walk, plain, alike,
+                                                      false, places, false),
+                    lca_flex_flash::Sm90Backward::skip)
+              << at;
+
+          const auto forced = lca_flex_flash::default_backward_blocks(s, 8, group, 132, BwdPairing::kAuto,
+                                                                      lca_flex_flash::BwdLocal::kAuto,
+                                                                      lca_flex_flash::BwdSplit::kAuto, 0, /*ranges=*/800);
+          EXPECT_EQ(forced.range_places, 800) << at;
+          EXPECT_EQ(lca_flex_flash::sm90_backward_for(lca_flex_flash::BackwardChoice::sm90_auto, idle, walk,
+                                                      lca_flex_flash::plain_walks(forced.items), false, false, places,
+                                                      forced.range_places > 0),
+                    lca_flex_flash::Sm90Backward::skip)
+              << at;
+          expect_parts(s, forced.items, lca_flex_flash::range_tiles(800, group));
+        }
+      }
+    }
+  }
+}
+
 // The places a walk passes over are those between its first and last query tile: a key tile of a
 // short document walks its own document's query tiles and passes over next to nothing, so the
 // limit leaves the skip kernel to the document masks whose idle share takes it (the sweep's short

@@ -426,13 +426,21 @@ TEST_F(SessionStop, ACellTheSignalBrokeGetsNoRecordAndResumeRunsIt) {
   EXPECT_EQ(read_records(out).cells.size(), 3u);
 }
 
-TEST_F(SessionStop, TheHostsHandlersAreBackAfterTheRun) {
-  struct sigaction before {};
-  sigaction(SIGINT, nullptr, &before);
-  run(spec("fx_sigint"), stopping(results_ / "handlers.jsonl"));
-  struct sigaction after {};
-  sigaction(SIGINT, nullptr, &after);
-  EXPECT_EQ(after.sa_handler, before.sa_handler);
+void count_signal(int) {}
+
+TEST_F(SessionStop, TheCallersHandlersAreBackAfterTheRun) {
+  struct sigaction mine {}, before_int {}, before_term {};
+  mine.sa_handler = &count_signal;
+  sigemptyset(&mine.sa_mask);
+  sigaction(SIGINT, &mine, &before_int);
+  sigaction(SIGTERM, &mine, &before_term);
+  const auto summary = run(spec("fx_sigint"), stopping(results_ / "handlers.jsonl"));
+  EXPECT_EQ(summary.stopped_by, SIGINT) << "the run's own handler took the signal";
+  struct sigaction after_int {}, after_term {};
+  sigaction(SIGINT, &before_int, &after_int);
+  sigaction(SIGTERM, &before_term, &after_term);
+  EXPECT_EQ(after_int.sa_handler, &count_signal);
+  EXPECT_EQ(after_term.sa_handler, &count_signal);
 }
 
 TEST(MedianOf, MiddleOrMeanOfTheTwoMiddlesAndTheCellsStats) {

@@ -48,6 +48,8 @@ void check_cp_options(const std::string& text) {
 
 int cmd_cp(Options opt, int* argc, char*** argv) {
   check_cp_options(opt.cp_options);
+  if (opt.retry_errors && opt.resume.empty())
+    throw std::runtime_error("--retry-errors runs again the failed cells of a results file: give it with --resume FILE");
   if (!opt.resume.empty() && !opt.out.empty() && opt.out != opt.resume)
     throw std::runtime_error("--out " + opt.out + " and --resume " + opt.resume +
                              " name two files; --resume alone continues a run in its file");
@@ -98,6 +100,7 @@ int cmd_cp(Options opt, int* argc, char*** argv) {
     core::SessionOptions so;
     so.out = opt.resume.empty() ? opt.out : opt.resume;
     so.resume = !opt.resume.empty();
+    so.retry_errors = opt.retry_errors;
     so.force = opt.force;
     so.threads = opt.threads;
     if (root) {

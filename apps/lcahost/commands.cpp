@@ -242,6 +242,8 @@ int cmd_run(const Options& opt) {
                              " name two files; --resume alone continues a run in its file");
   if (!o.resume.empty() && o.force)
     throw std::runtime_error("--resume continues " + o.resume + " and --force would overwrite it; give one of them");
+  if (o.retry_errors && o.resume.empty())
+    throw std::runtime_error("--retry-errors runs again the failed cells of a results file: give it with --resume FILE");
   if (!o.resume.empty()) o.out = o.resume;
   if (o.matrix.empty()) throw std::runtime_error("--resume needs --matrix too (the same spec as the first run)");
   if (o.cell_timeout > 0 && !o.isolate) {
@@ -257,6 +259,7 @@ int cmd_run(const Options& opt) {
   core::SessionOptions so;
   so.out = o.out;
   so.resume = !o.resume.empty();
+  so.retry_errors = o.retry_errors;
   so.force = o.force;
   so.isolate = o.isolate;
   so.cell_timeout_s = o.cell_timeout;

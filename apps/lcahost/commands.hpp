@@ -22,6 +22,7 @@ struct Options {
   std::string matrix;
   std::string out;
   std::string resume;
+  bool retry_errors = false;
   bool force = false;
   bool isolate = false;
   double cell_timeout = 0;

@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
                  "Results as JSON Lines (a .csv twin is written beside it); an existing file is refused unless "
                  "--force, and a file another run is writing is refused");
   app.add_option("--resume", opt.resume, "Continue a run: skip cells already in this .jsonl and append to it");
+  app.add_flag("--retry-errors", opt.retry_errors,
+               "With --resume: run again the cells recorded ERROR, CRASH or TIMEOUT (their new records are appended; "
+               "reports read the last record of a cell)");
   app.add_flag("--force", opt.force, "Overwrite an existing --out file");
   app.add_flag("--isolate", opt.isolate, "Run each cell in a child process (crashes and hangs become records)");
   app.add_option("--cell-timeout", opt.cell_timeout,
@@ -218,7 +221,7 @@ int main(int argc, char** argv) {
     if (*report) return lca::app::cmd_script("report", report->remaining());
     if (*compare) return lca::app::cmd_script("compare", compare->remaining());
     if (!opt.cp.empty()) return lca::app::cmd_cp(opt, &argc, &argv);
-    if (!opt.matrix.empty() || !opt.resume.empty()) return lca::app::cmd_run(opt);
+    if (!opt.matrix.empty() || !opt.resume.empty() || opt.retry_errors) return lca::app::cmd_run(opt);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -269,9 +269,15 @@ ResultsFileState inspect_results_file(const std::filesystem::path& jsonl) {
   return state;
 }
 
-std::set<std::string> completed_cell_keys(const std::filesystem::path& jsonl) {
+std::set<std::string> completed_cell_keys(const std::filesystem::path& jsonl, bool retry_errors) {
   std::set<std::string> keys;
-  for (const auto& r : read_cell_results(jsonl)) keys.insert(r.cell.key());
+  for (const auto& r : read_cell_results(jsonl)) {
+    const bool broke = r.status == CellStatus::error || r.status == CellStatus::crash || r.status == CellStatus::timeout;
+    if (retry_errors && broke)
+      keys.erase(r.cell.key());  // a later record of the same cell decides
+    else
+      keys.insert(r.cell.key());
+  }
   return keys;
 }
 

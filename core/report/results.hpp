@@ -70,8 +70,10 @@ struct ResultsFileState {
 };
 ResultsFileState inspect_results_file(const std::filesystem::path& jsonl);
 
-// Keys (Cell::key) of the cells already in a results file; missing file = empty set.
-std::set<std::string> completed_cell_keys(const std::filesystem::path& jsonl);
+// Keys (Cell::key) of the cells already in a results file; missing file = empty set. With
+// `retry_errors`, a cell whose last record is ERROR, CRASH or TIMEOUT is not among them (it runs
+// again; its new record, appended, is the one reports read).
+std::set<std::string> completed_cell_keys(const std::filesystem::path& jsonl, bool retry_errors = false);
 
 // All cell results of a file (for reports and compare).
 std::vector<CellResult> read_cell_results(const std::filesystem::path& jsonl);

@@ -247,7 +247,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
       file_options.force = options.force;
       if (!spec.source.empty()) file_options.inputs.push_back({spec.source, "the matrix spec"});
       writer = std::make_unique<ResultsWriter>(options.out, file_options);
-      if (options.resume) done = completed_cell_keys(options.out);
+      if (options.resume) done = completed_cell_keys(options.out, options.retry_errors);
       nlohmann::json run = options.environment;
       run["cp"] = {{"world_size", W}, {"local_size", world.local_size()}, {"backend", world.backend()},
                    {"device", dev}, {"kernel", cp.kernel}, {"options", cp_options}};

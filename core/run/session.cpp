@@ -39,10 +39,14 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
     writer = std::make_unique<ResultsWriter>(options.out, file_options);
   }
   if (options.resume && !options.out.empty()) {
-    const auto done = completed_cell_keys(options.out);
+    const auto done = completed_cell_keys(options.out, options.retry_errors);
+    const auto recorded = options.retry_errors ? completed_cell_keys(options.out) : done;
     std::vector<Cell> left;
-    for (auto& c : cells)
-      if (!done.count(c.key())) left.push_back(std::move(c));
+    for (auto& c : cells) {
+      if (done.count(c.key())) continue;
+      summary.retried += recorded.count(c.key());
+      left.push_back(std::move(c));
+    }
     summary.resumed = cells.size() - left.size();
     cells = std::move(left);
   }
@@ -50,6 +54,7 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
   out << "# lca matrix '" << spec.name << "' (" << spec.source.string() << "): " << summary.cells
       << " cells";
   if (summary.resumed) out << ", " << summary.resumed << " already in " << options.out.string();
+  if (summary.retried) out << ", " << summary.retried << " recorded ERROR, CRASH or TIMEOUT there to run again";
   out << "\n";
 
   TablePrinter table(out);
@@ -90,6 +95,7 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
     run["matrix"] = matrix_record(spec);
     run["cells"] = summary.cells;
     run["resumed"] = summary.resumed;
+    if (options.retry_errors) run["retried"] = summary.retried;
     writer->write_run(run);
   }
 

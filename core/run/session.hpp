@@ -22,6 +22,7 @@ namespace lca::core {
 struct SessionOptions {
   std::filesystem::path out;            // results .jsonl ("" = none)
   bool resume = false;                  // skip cells already in `out`, append to it
+  bool retry_errors = false;            // with resume: run again the cells recorded ERROR, CRASH or TIMEOUT
   bool force = false;                   // replace an existing `out` (otherwise refused)
   bool isolate = false;                 // each cell in a child process
   double cell_timeout_s = 0;            // with isolate; 0 = the spec's
@@ -37,6 +38,7 @@ struct SessionSummary {
   std::map<std::string, int> counts;    // status, by its record name (to_string) -> cells
   size_t cells = 0;
   size_t resumed = 0;
+  size_t retried = 0;                   // with retry_errors: cells in `out` that run again
   int stopped_by = 0;                   // the signal that stopped the run early, or 0
   size_t left = 0;                      // with stopped_by: cells not run (and not recorded)
   bool healthy() const;                 // no FAIL, ERROR, CRASH or TIMEOUT

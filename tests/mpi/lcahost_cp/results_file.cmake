@@ -1,5 +1,6 @@
 # lcahost_cp_np2_results_file (CMakeLists.txt): an existing --out is refused by every rank (no
-# hang: the test's timeout), and --resume of a run cut after two cells runs the other cells once.
+# hang: the test's timeout), --resume of a run cut after two cells runs the other cells once, and
+# --retry-errors runs a cell recorded ERROR again.
 # The cell records of a results file, into `out`.
 function(cell_records file out)
   file(STRINGS ${file} records)
@@ -47,4 +48,39 @@ list(REMOVE_DUPLICATES keys)
 list(LENGTH keys unique)
 if(NOT resumed_cells EQUAL cells OR NOT unique EQUAL cells)
   message(FATAL_ERROR "after --resume: ${resumed_cells} cells (${unique} distinct), expected ${cells}\n${out}")
+endif()
+
+# --retry-errors: a cell recorded ERROR (here: the first one, marked so by hand) runs again on every
+# rank alike and its new record is appended; the others stay done.
+file(STRINGS ${OUT} lines)
+set(marked "")
+set(done_marking FALSE)
+foreach(line IN LISTS lines)
+  if(NOT done_marking AND line MATCHES "\"type\":\"cell\"" AND line MATCHES "\"status\":\"ok\"")
+    string(REPLACE "\"status\":\"ok\"" "\"status\":\"ERROR\"" line "${line}")
+    string(REGEX MATCH "\"kernel\":\"[^\"]*\"" broken_kernel "${line}")
+    string(REGEX MATCH "\"pass\":\"[^\"]*\"" broken_pass "${line}")
+    string(REGEX MATCH "\"seqlen\":[0-9]+" broken_seqlen "${line}")
+    set(done_marking TRUE)
+  endif()
+  string(APPEND marked "${line}\n")
+endforeach()
+if(NOT done_marking)
+  message(FATAL_ERROR "no ok cell in ${OUT} to mark")
+endif()
+file(WRITE ${OUT} "${marked}")
+execute_process(COMMAND ${cp} --resume ${OUT} --retry-errors RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "lcahost --cp --resume --retry-errors exited ${rc}\n${out}\n${err}")
+endif()
+cell_records(${OUT} retried)
+list(LENGTH retried retried_cells)
+math(EXPR expected "${cells} + 1")
+if(NOT retried_cells EQUAL expected)
+  message(FATAL_ERROR "after --retry-errors: ${retried_cells} cell records, expected ${expected}\n${out}")
+endif()
+list(GET retried -1 last)
+if(NOT last MATCHES "\"status\":\"ok\"" OR NOT last MATCHES "${broken_kernel}" OR NOT last MATCHES "${broken_pass}"
+   OR NOT last MATCHES "${broken_seqlen}")
+  message(FATAL_ERROR "the cell run again is not the one marked ERROR, or not ok: ${last}")
 endif()

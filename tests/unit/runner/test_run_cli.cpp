@@ -388,6 +388,12 @@ TEST_F(RunCli, CellTimeoutRunsEachCellIsolated) {
   EXPECT_EQ(rec.cells[0]["status"], "TIMEOUT");
 }
 
+TEST_F(RunCli, RetryErrorsNeedsAResultsFileToResume) {
+  const auto r = lcahost({"--matrix", (work_ / "tiny.json").string(), "--retry-errors"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("--resume"), std::string::npos) << r.err;
+}
+
 // Ctrl-C in a run (fx_sigint raises SIGINT in its first forward): the cell finishes and is kept,
 // lcahost prints how to go on and ends by SIGINT itself (a shell sees 130 and stops its script).
 TEST_F(RunCli, SigintStopsAfterTheCellAndSaysHowToResume) {

@@ -11,6 +11,8 @@
 
 #include <csignal>
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -171,6 +173,56 @@ TEST_F(Session, ResumeToleratesATornLastLine) {
   for (const auto& c : cells) keys.insert(c.cell.key());
   EXPECT_EQ(keys.size(), 16u) << "the torn cell ran again";
   EXPECT_EQ(cells.size(), 16u);
+}
+
+// --retry-errors: a cell whose last record is ERROR, CRASH or TIMEOUT runs again on --resume and its
+// new record is appended (reports read the last one); ok, X, E and FAIL records stay as they are.
+TEST_F(Session, RetryErrorsRunsTheCellsThatBrokeAgain) {
+  const auto out = results_ / "broken.jsonl";
+  run(kTinySpec, to(out));
+  auto lines = read_lines(out);
+  // Two ok cells as a crash and a transient error would have left them, and one as FAIL.
+  std::vector<std::string> broken_keys;
+  int changed = 0;
+  for (auto& line : lines) {
+    json j = json::parse(line);
+    if (j["type"] != "cell" || j["status"] != "ok") continue;
+    const char* status = changed == 0 ? "CRASH" : changed == 1 ? "ERROR" : "FAIL";
+    j["status"] = status;
+    j["reason"] = "made up by the test";
+    if (changed < 2) broken_keys.push_back(cell_key(j));
+    line = j.dump();
+    if (++changed == 3) break;
+  }
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  write_text(out, text);
+
+  auto o = to(out);
+  o.resume = true;
+  const auto plain = run(kTinySpec, o);
+  EXPECT_EQ(plain.resumed, 16u) << "without --retry-errors every recorded cell counts as done";
+  EXPECT_TRUE(plain.counts.empty());
+
+  o.retry_errors = true;
+  const auto retried = run(kTinySpec, o);
+  EXPECT_EQ(retried.retried, 2u);
+  EXPECT_EQ(retried.resumed, 14u);
+  EXPECT_EQ(retried.counts.at("ok"), 2);
+  EXPECT_NE(output_.str().find("2 recorded ERROR, CRASH or TIMEOUT there to run again"), std::string::npos)
+      << output_.str();
+  const Records rec = read_records(out);
+  EXPECT_EQ(rec.cells.size(), 18u) << "the two new records are appended";
+  EXPECT_EQ(rec.runs.back()["retried"], 2);
+  std::map<std::string, std::string> last;
+  for (const auto& c : rec.cells) last[cell_key(c)] = c["status"];
+  for (const auto& key : broken_keys) EXPECT_EQ(last[key], "ok") << key;
+  EXPECT_EQ(std::count_if(last.begin(), last.end(), [](const auto& kv) { return kv.second == "FAIL"; }), 1)
+      << "FAIL is a result: not run again";
+
+  const auto again = run(kTinySpec, o);
+  EXPECT_EQ(again.retried, 0u) << "the cells' last records are ok now";
+  EXPECT_TRUE(again.counts.empty());
 }
 
 // Resuming a file whose last line is torn starts on a new line, so the resumed run's record

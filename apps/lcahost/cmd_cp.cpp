@@ -48,11 +48,7 @@ void check_cp_options(const std::string& text) {
 
 int cmd_cp(Options opt, int* argc, char*** argv) {
   check_cp_options(opt.cp_options);
-  if (opt.retry_errors && opt.resume.empty())
-    throw std::runtime_error("--retry-errors runs again the failed cells of a results file: give it with --resume FILE");
-  if (!opt.resume.empty() && !opt.out.empty() && opt.out != opt.resume)
-    throw std::runtime_error("--out " + opt.out + " and --resume " + opt.resume +
-                             " name two files; --resume alone continues a run in its file");
+  check_results_file_options(opt);
 #if !defined(LCA_HAVE_MPI)
   (void)opt;
   (void)argc;

@@ -235,15 +235,19 @@ int cmd_masks(const Options& opt) {
   return 0;
 }
 
+void check_results_file_options(const Options& opt) {
+  if (!opt.resume.empty() && !opt.out.empty() && fs::path(opt.out) != fs::path(opt.resume))
+    throw std::runtime_error("--out " + opt.out + " and --resume " + opt.resume +
+                             " name two files; --resume alone continues a run in its file");
+  if (opt.retry_errors && opt.resume.empty())
+    throw std::runtime_error("--retry-errors runs again the failed cells of a results file: give it with --resume FILE");
+}
+
 int cmd_run(const Options& opt) {
   Options o = opt;
-  if (!o.resume.empty() && !o.out.empty() && fs::path(o.out) != fs::path(o.resume))
-    throw std::runtime_error("--out " + o.out + " and --resume " + o.resume +
-                             " name two files; --resume alone continues a run in its file");
+  check_results_file_options(o);
   if (!o.resume.empty() && o.force)
     throw std::runtime_error("--resume continues " + o.resume + " and --force would overwrite it; give one of them");
-  if (o.retry_errors && o.resume.empty())
-    throw std::runtime_error("--retry-errors runs again the failed cells of a results file: give it with --resume FILE");
   if (!o.resume.empty()) o.out = o.resume;
   if (o.matrix.empty()) throw std::runtime_error("--resume needs --matrix too (the same spec as the first run)");
   if (o.cell_timeout > 0 && !o.isolate) {

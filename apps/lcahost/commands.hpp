@@ -102,6 +102,9 @@ std::string plugin_dir(const Options& opt);
 // The command line's changes to a loaded matrix that every run takes (--masks, --no-check,
 // --warmup, --repeats); --kernels is the plain run's own.
 void apply_run_options(const Options& opt, core::MatrixSpec& spec);
+// --out, --resume and --retry-errors together, as every run takes them: one file, and
+// --retry-errors only with --resume. Throws std::runtime_error naming the options.
+void check_results_file_options(const Options& opt);
 
 int cmd_list(const Options& opt);
 int cmd_caps(const Options& opt);

@@ -269,16 +269,21 @@ ResultsFileState inspect_results_file(const std::filesystem::path& jsonl) {
   return state;
 }
 
-std::set<std::string> completed_cell_keys(const std::filesystem::path& jsonl, bool retry_errors) {
+std::map<std::string, CellStatus> last_cell_status(const std::filesystem::path& jsonl) {
+  std::map<std::string, CellStatus> last;
+  for (const auto& r : read_cell_results(jsonl)) last[r.cell.key()] = r.status;
+  return last;
+}
+
+std::set<std::string> completed_cell_keys(const std::map<std::string, CellStatus>& last, bool retry_errors) {
   std::set<std::string> keys;
-  for (const auto& r : read_cell_results(jsonl)) {
-    const bool broke = r.status == CellStatus::error || r.status == CellStatus::crash || r.status == CellStatus::timeout;
-    if (retry_errors && broke)
-      keys.erase(r.cell.key());  // a later record of the same cell decides
-    else
-      keys.insert(r.cell.key());
-  }
+  for (const auto& [key, status] : last)
+    if (!(retry_errors && is_broken(status))) keys.insert(key);
   return keys;
+}
+
+std::set<std::string> completed_cell_keys(const std::filesystem::path& jsonl, bool retry_errors) {
+  return completed_cell_keys(last_cell_status(jsonl), retry_errors);
 }
 
 std::vector<CellResult> read_cell_results(const std::filesystem::path& jsonl) {

@@ -70,9 +70,12 @@ struct ResultsFileState {
 };
 ResultsFileState inspect_results_file(const std::filesystem::path& jsonl);
 
-// Keys (Cell::key) of the cells already in a results file; missing file = empty set. With
-// `retry_errors`, a cell whose last record is ERROR, CRASH or TIMEOUT is not among them (it runs
-// again; its new record, appended, is the one reports read).
+// Each cell's last status in a results file, by key (Cell::key); missing file = empty map.
+std::map<std::string, CellStatus> last_cell_status(const std::filesystem::path& jsonl);
+// Keys of the cells already in a results file. With `retry_errors`, a cell whose last record is
+// ERROR, CRASH or TIMEOUT (is_broken) is not among them: it runs again, and its new record,
+// appended, is the one reports read.
+std::set<std::string> completed_cell_keys(const std::map<std::string, CellStatus>& last, bool retry_errors = false);
 std::set<std::string> completed_cell_keys(const std::filesystem::path& jsonl, bool retry_errors = false);
 
 // All cell results of a file (for reports and compare).

@@ -39,8 +39,8 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
     writer = std::make_unique<ResultsWriter>(options.out, file_options);
   }
   if (options.resume && !options.out.empty()) {
-    const auto done = completed_cell_keys(options.out, options.retry_errors);
-    const auto recorded = options.retry_errors ? completed_cell_keys(options.out) : done;
+    const auto recorded = last_cell_status(options.out);
+    const auto done = completed_cell_keys(recorded, options.retry_errors);
     std::vector<Cell> left;
     for (auto& c : cells) {
       if (done.count(c.key())) continue;
@@ -126,8 +126,7 @@ SessionSummary run_session(const Registry& registry, MaskSource& masks, const Ma
     } else {
       r = runner.run_cell(cell);
     }
-    if (stop && StopOnSignal::requested() &&
-        (r.status == CellStatus::error || r.status == CellStatus::crash || r.status == CellStatus::timeout)) {
+    if (stop && StopOnSignal::requested() && is_broken(r.status)) {
       // The signal reached the cell too (an isolated child in the same process group, a Python
       // peer's KeyboardInterrupt): no record, so that --resume runs it again.
       summary.stopped_by = StopOnSignal::requested();

@@ -36,6 +36,11 @@ inline std::ostream& operator<<(std::ostream& out, CellStatus status) { return o
 
 // Ran to the end with a time (ok and FAIL): a record carries time_ms, tflops and peak bytes.
 inline bool is_timed(CellStatus s) { return s == CellStatus::ok || s == CellStatus::fail; }
+// Ended without a result (ERROR, CRASH, TIMEOUT): what a signal that reached the cell leaves, and
+// what --retry-errors runs again; FAIL, X and E are results.
+inline bool is_broken(CellStatus s) {
+  return s == CellStatus::error || s == CellStatus::crash || s == CellStatus::timeout;
+}
 // Makes a run unhealthy (FAIL, ERROR, CRASH, TIMEOUT); X and E are facts about the kernel.
 inline bool is_failure(CellStatus s) {
   return s == CellStatus::fail || s == CellStatus::error || s == CellStatus::crash || s == CellStatus::timeout;

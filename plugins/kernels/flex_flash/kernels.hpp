@@ -486,9 +486,10 @@ inline std::vector<BwdItem> skip_split_walks(const std::vector<BwdItem>& items, 
              : std::vector<BwdItem>{};
 }
 
-// Walks split by query ranges (split_by_ranges) where the skip kernel would run but for the places
-// its walks pass over (kSkipPassedPlacesLimit): over a tenth of the tile parts idle, plain walks,
-// more than the limit passed over, however long the walks (a part's walk is a range's). The blocks of a range
+// Walks split by query ranges (split_by_ranges) where plain walks pass over more than
+// kSkipPassedPlacesLimit places, however long the walks (a part's walk is a range's), and either over
+// a tenth of the tile parts are idle (where the skip kernel would run but for those places) or the
+// walks visit their spans evenly (visit_concentration at most kEvenVisits). The blocks of a range
 // run together (one kv head after another), each part a walk from its range's start, and the skip
 // kernel runs them. A range holds as many (query head, query tile) places as L2 holds their Q, dO
 // and dQ (range_places_for: 64 rows x head_dim x (2 + 2 + 4) bytes a place; 800 places on an H100
@@ -500,14 +501,39 @@ inline std::vector<BwdItem> skip_split_walks(const std::vector<BwdItem>& items, 
 // up to 10% to them, and 2048 (128 MB of a range) fell to 263-299 at 98304 with groups 4 and 8.
 // Where the skip kernel held (at most 2014 places passed over) ranges ran 0.92-1.0x of it, so the
 // rule leaves those. The kernel without the skip on ranges ran 0.67-0.80x the skip kernel on them.
+// Without idle parts the same drift happens: block_sparse on blocks of 128 (tiles filled, walks of
+// the kernel without the skip, not rotated) ran its GQA backward at 303-390 TFLOP/s at 64K-128K
+// against 467-541 at 32K in paper-sparse. Split by ranges wherever the walks pass over more than the
+// limit, measured against the walks kept whole ({"bwd_ranges": 0}), H100, d128 unless named, in one
+// run each (tools/dev/matrices/ab-bwd-ranges-full-tiles*.json, docs/results/2026-11-28-h100-bwd-ranges-full-tiles.md):
+// - seed 5150 at 45237 / 81791 / 116352 tokens, 64:8 and 8:1 (and d64 at 60013 / 128000): block_sparse
+//   blocks of 128, kept 0.15-0.7, 1.02-1.66x; causal_blockwise 0.98-1.34x; global_sliding with wide
+//   windows 1.01-1.07x, but with 882 global tokens and a window of 296 at 8:1 0.72x / 0.89x / 0.94x
+//   (64:8 0.98-1.43x). Those walks send most of their visits to the global tokens' query tiles, which
+//   every walk shares and L2 keeps anyway; split, all of a range's parts add into the same few dQ
+//   tiles at once. visit_concentration tells them apart: 3.6-8.4 there, 0.97-1.0 on block_sparse,
+//   0.8-1.3 with wide windows, 1.2-1.7 on causal_blockwise with chatqa documents, 2.4-8.4 with
+//   pile or short uniform ones (which gained 1.03-1.34x and now stay whole: given up, not lost).
+//   kEvenVisits = 2 is twice an even spread, set between those groups, not fitted to a cell.
+// - confirmed on seed 9393 at 50001 / 73728 / 104729 tokens, 64:8 and 8:1, on the cells the rule
+//   moves: block_sparse kept 0.2 and 0.55 1.01-1.70x; causal_blockwise with chatqa documents
+//   1.05-1.12x; global_sliding with a window of 5000 1.02-1.04x, with 6000 or 9000 global tokens and
+//   a window of 400 (concentration 1.2-1.8) 1.00-1.08x, with 60 global tokens and a window of 1000
+//   0.94-1.02x (0.94 on 2 of 6 cells; the cells the rule leaves ran 0.98-1.02x, one 1.07x, in the
+//   same run): the one loss this rule is known to take.
+// - causal_blockwise (the long-512k preset's documents, seed 42), 64:8: 64K 536 against 470, 256K
+//   526 against 373, 512K 526 against 318 TFLOP/s.
+constexpr double kEvenVisits = 2.0;
 constexpr int64_t kRangeBytesPerRow = 2 + 2 + 4;  // Q, dO (16-bit) and dQ (fp32) a row and head dim
 constexpr int32_t range_places_for(int64_t l2_bytes, int32_t head_dim) {
   const int64_t places = l2_bytes / (int64_t{kTile} * head_dim * kRangeBytesPerRow);
   return places < 64 ? 64 : static_cast<int32_t>(places);
 }
 constexpr int32_t kRangePlaces = range_places_for(int64_t{50} << 20, 128);  // an H100's 50 MiB at head dim 128: 800
-constexpr bool range_walks_rule(double idle_share, double mean_walk, bool plain_walks, double span_places) {
-  return plain_walks && idle_share > kIdleShareForSkip && span_places - mean_walk > kSkipPassedPlacesLimit;
+constexpr bool range_walks_rule(double idle_share, double mean_walk, bool plain_walks, double span_places,
+                                double visit_concentration) {
+  return plain_walks && span_places - mean_walk > kSkipPassedPlacesLimit &&
+         (idle_share > kIdleShareForSkip || visit_concentration <= kEvenVisits);
 }
 constexpr int32_t range_tiles(int32_t places, int32_t group) { return places / group > 1 ? places / group : 1; }
 
@@ -550,8 +576,10 @@ inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t hea
     return b;
   }
   if (s.tile_rows == kBwdKeys && split != BwdSplit::kAll) {
-    const int32_t per_range =
-        ranges > 0 ? ranges : (ranges < 0 && range_walks_rule(idle, walk, plain_walks(b.items), places) ? rule_places : 0);
+    // visit_concentration walks the runs again: only where it decides.
+    const bool by_rule = ranges < 0 && plain_walks(b.items) && places - walk > kSkipPassedPlacesLimit &&
+                         range_walks_rule(idle, walk, true, places, idle > kIdleShareForSkip ? 0.0 : visit_concentration(s));
+    const int32_t per_range = ranges > 0 ? ranges : (by_rule ? rule_places : 0);
     if (per_range > 0) {
       b.items = split_by_ranges(s, b.items, group, range_tiles(per_range, group));
       b.range_places = per_range;

@@ -374,6 +374,41 @@ double mean_span(const TileSchedule& s) {
   return double(sum) / double(s.row_tiles);
 }
 
+double visit_concentration(const TileSchedule& s) {
+  // Visits a column tile gets (a difference array over the runs), then their prefix sums, so that
+  // each run's visits to shared tiles add up in one subtraction.
+  std::vector<int64_t> cover(static_cast<size_t>(s.col_tiles) + 1, 0);
+  int64_t busy = 0, visits = 0, spans = 0;
+  for (int32_t t = 0; t < s.row_tiles; ++t) {
+    const int32_t first = s.run_offsets[static_cast<size_t>(t)], last = s.run_offsets[static_cast<size_t>(t) + 1];
+    if (first >= last) continue;
+    ++busy;
+    spans += s.runs[static_cast<size_t>(last) - 1].end - s.runs[static_cast<size_t>(first)].begin;
+    for (int32_t r = first; r < last; ++r) {
+      const TileRun& run = s.runs[static_cast<size_t>(r)];
+      ++cover[static_cast<size_t>(run.begin)];
+      --cover[static_cast<size_t>(run.end)];
+      visits += run.end - run.begin;
+    }
+  }
+  if (visits == 0 || spans == 0) return 0.0;
+  std::vector<int64_t> before(static_cast<size_t>(s.col_tiles) + 1, 0);  // visits of the column tiles before c
+  int64_t running = 0;
+  for (int32_t c = 0; c < s.col_tiles; ++c) {
+    running += cover[static_cast<size_t>(c)];
+    before[static_cast<size_t>(c) + 1] = before[static_cast<size_t>(c)] + running;
+  }
+  double shared = 0;  // the visits of every run's column tiles, summed over its visits
+  for (int32_t t = 0; t < s.row_tiles; ++t)
+    for (int32_t r = s.run_offsets[static_cast<size_t>(t)]; r < s.run_offsets[static_cast<size_t>(t) + 1]; ++r) {
+      const TileRun& run = s.runs[static_cast<size_t>(r)];
+      shared += double(before[static_cast<size_t>(run.end)] - before[static_cast<size_t>(run.begin)]);
+    }
+  const double shared_share = shared / double(visits) / double(busy);
+  const double visited_share = double(visits) / double(spans);
+  return shared_share / visited_share;
+}
+
 namespace {
 
 // When the last of `costs` ends if they start in order on `slots` SMs, each taking the next one

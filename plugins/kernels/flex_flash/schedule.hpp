@@ -104,6 +104,14 @@ double mean_tiles(const TileSchedule& s);
 // (kernels.hpp, kSkipPassedPlacesLimit): for a key tile of one short document, nearly nothing; of a
 // block-sparse mask, most of the sequence.
 double mean_span(const TileSchedule& s);
+// How much more the column tiles the walks visit are shared than if each walk spread its visits
+// evenly over its span: the mean over visits of the share of busy row tiles that visit the same
+// column tile, over the visits' share of the spans (mean_tiles over mean_span). About 1 where the
+// walks visit their spans evenly (block_sparse's random blocks: each column tile visited by the
+// kept share of the walks, each walk visiting that share of its span); well over 1 where most
+// visits go to a band every walk shares (global tokens, the document every other one sees) and
+// the rest stay near the walk's own tile. 0 without visits.
+double visit_concentration(const TileSchedule& s);
 
 // by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).
 // tile_rows: 64, 128 or 192 (the three-consumer Hopper forward's). The mask must already be

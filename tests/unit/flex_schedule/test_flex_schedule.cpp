@@ -860,51 +860,73 @@ TEST(FlexSchedule, SparseWalksThatPassOverManyPlacesSplitByRanges) {
   }
 }
 
-// Blocks that fill whole tiles (block_sparse with blocks of 128) leave no tile part idle, so
-// range_walks_rule (over a tenth idle) does not split their walks, however many places they pass
-// over: the kernel without the skip, plain walks, or rotated ones where long and alike. paper-sparse
-// found this backward at 303-390 TFLOP/s at 64K-128K with 64:8 against 467-541 at 32K; forced
-// ranges ({"bwd_ranges": 800}, tools/dev/matrices/ab-bwd-ranges-block128.json) are what its A/B
-// times, so they must split these walks into valid parts that the skip kernel runs.
-TEST(FlexSchedule, BlocksThatFillTilesKeepTheirWalksUnlessRangesAreForced) {
-  for (const int block : {128}) {
-    for (const double kept : {0.1, 0.5}) {
-      for (const int64_t seqlen : {32768, 65536, 98321}) {
-        const std::string params = "{\"block\": " + std::to_string(block) + ", \"sparsity\": " + std::to_string(kept) + "}";
-        auto g = BuiltinProvider::instance().generate("block_sparse", params, seqlen, 4242);
-        ASSERT_EQ(g.status, LCA_OK) << g.error;
-        for (const int32_t group : {1, 8}) {
-          const std::string at = "block " + std::to_string(block) + " kept " + std::to_string(kept) + " " +
-                                 std::to_string(seqlen) + " tokens group " + std::to_string(group);
-          const TileSchedule s = lca_flex_flash::default_backward_schedule(
-              *g.mask, 391.0 / 196.0 /* choice.cu: plan()'s on Hopper */, group, 8, 132, lca_flex_flash::BwdMatch::kAuto);
-          const double idle = lca_flex_flash::idle_share(s), walk = lca_flex_flash::mean_tiles(s) * group;
-          const double places = lca_flex_flash::span_places(lca_flex_flash::mean_span(s), group);
-          EXPECT_LT(idle, 0.01) << at << ": only the short last block of a length off the tiles leaves parts idle";
-          EXPECT_TRUE(s.key_blocks.empty()) << at;
+// Blocks that fill whole tiles (block_sparse with blocks of 128) leave no tile part idle, and their
+// walks visit their spans evenly (visit_concentration about 1), so range_walks_rule splits them by
+// query ranges wherever they pass over more than kSkipPassedPlacesLimit places (group 8 but half
+// kept at 32K; with one query head a kv head they pass over fewer and stay whole), and the skip kernel
+// runs the parts. paper-sparse found the backward without the split at 303-390 TFLOP/s at 64K-128K
+// with 64:8 against 467-541 at 32K; with it 489-547 (tools/dev/matrices/paper-sparse-block128-bwd.json).
+TEST(FlexSchedule, BlocksThatFillTilesSplitByRangesWhereTheyPassOverManyPlaces) {
+  for (const double kept : {0.1, 0.5}) {
+    for (const int64_t seqlen : {32768, 65536, 98321}) {
+      const std::string params = "{\"block\": 128, \"sparsity\": " + std::to_string(kept) + "}";
+      auto g = BuiltinProvider::instance().generate("block_sparse", params, seqlen, 4242);
+      ASSERT_EQ(g.status, LCA_OK) << g.error;
+      for (const int32_t group : {1, 8}) {
+        const std::string at = "kept " + std::to_string(kept) + " " + std::to_string(seqlen) + " tokens group " +
+                               std::to_string(group);
+        const TileSchedule s = lca_flex_flash::default_backward_schedule(
+            *g.mask, 391.0 / 196.0 /* choice.cu: plan()'s on Hopper */, group, 8, 132, lca_flex_flash::BwdMatch::kAuto);
+        const double idle = lca_flex_flash::idle_share(s), walk = lca_flex_flash::mean_tiles(s) * group;
+        const double places = lca_flex_flash::span_places(lca_flex_flash::mean_span(s), group);
+        EXPECT_LT(idle, 0.01) << at << ": only the short last block of a length off the tiles leaves parts idle";
+        EXPECT_TRUE(s.key_blocks.empty()) << at;
+        EXPECT_NEAR(lca_flex_flash::visit_concentration(s), 1.0, 0.1) << at;
 
-          const auto b = lca_flex_flash::default_backward_blocks(s, 8, group, 132, BwdPairing::kAuto);
-          EXPECT_EQ(b.range_places, 0) << at;
-          const bool plain = lca_flex_flash::plain_walks(b.items), alike = lca_flex_flash::alike_walks(b.items);
-          EXPECT_NE(lca_flex_flash::sm90_backward_for(lca_flex_flash::BackwardChoice::sm90_auto, idle, walk, plain, alike,
-                                                      false, places, false),
-                    lca_flex_flash::Sm90Backward::skip)
-              << at;
-
-          const auto forced = lca_flex_flash::default_backward_blocks(s, 8, group, 132, BwdPairing::kAuto,
-                                                                      lca_flex_flash::BwdLocal::kAuto,
-                                                                      lca_flex_flash::BwdSplit::kAuto, 0, /*ranges=*/800);
-          EXPECT_EQ(forced.range_places, 800) << at;
-          EXPECT_EQ(lca_flex_flash::sm90_backward_for(lca_flex_flash::BackwardChoice::sm90_auto, idle, walk,
-                                                      lca_flex_flash::plain_walks(forced.items), false, false, places,
-                                                      forced.range_places > 0),
-                    lca_flex_flash::Sm90Backward::skip)
-              << at;
-          expect_parts(s, forced.items, lca_flex_flash::range_tiles(800, group));
-        }
+        const auto b = lca_flex_flash::default_backward_blocks(s, 8, group, 132, BwdPairing::kAuto);
+        const bool passes_over_many = places - walk > lca_flex_flash::kSkipPassedPlacesLimit;
+        // One query head a kv head passes over fewer; half kept at 32K with 8 (1950) is under the limit too.
+        if (group == 1 || (kept > 0.2 && seqlen < 65536)) EXPECT_FALSE(passes_over_many) << at << ": " << places - walk;
+        else EXPECT_TRUE(passes_over_many) << at << ": " << places - walk << " places passed over";
+        EXPECT_EQ(b.range_places, passes_over_many ? lca_flex_flash::kRangePlaces : 0) << at;
+        const auto kernel = lca_flex_flash::sm90_backward_for(lca_flex_flash::BackwardChoice::sm90_auto, idle, walk,
+                                                              lca_flex_flash::plain_walks(b.items),
+                                                              lca_flex_flash::alike_walks(b.items), false, places,
+                                                              b.range_places > 0);
+        EXPECT_EQ(kernel == lca_flex_flash::Sm90Backward::skip, passes_over_many) << at;
+        if (passes_over_many) expect_parts(s, b.items, lca_flex_flash::range_tiles(lca_flex_flash::kRangePlaces, group));
       }
     }
   }
+}
+
+// Where most of the walks' visits go to a band every walk shares (global tokens beside a narrow
+// window) and the tile parts are not idle, the walks stay whole however many places they pass
+// over: split by ranges, global_sliding with 882 global tokens and a window of 296 ran 0.72-0.94x
+// at 8:1 (tools/dev/matrices/ab-bwd-ranges-full-tiles.json). visit_concentration tells the two
+// apart: exactly 1 on full (every walk visits every column tile), about 1 on block_sparse, over
+// kEvenVisits there.
+TEST(FlexSchedule, VisitConcentrationTellsSharedBandsFromEvenSpreads) {
+  auto& p = BuiltinProvider::instance();
+  auto backward = [&](const char* name, const char* params, int64_t seqlen, uint64_t seed) {
+    auto g = p.generate(name, params, seqlen, seed);
+    EXPECT_EQ(g.status, LCA_OK) << g.error;
+    return lca_flex_flash::default_backward_schedule(*g.mask, 391.0 / 196.0, 8, 1, 132, lca_flex_flash::BwdMatch::kAuto);
+  };
+  EXPECT_DOUBLE_EQ(lca_flex_flash::visit_concentration(backward("full", "{}", 20000, 1)), 1.0);
+  EXPECT_NEAR(lca_flex_flash::visit_concentration(backward("block_sparse", "{\"block\": 128, \"sparsity\": 0.2}", 50001, 9393)),
+              1.0, 0.05);
+  for (const int64_t seqlen : {45237, 81791, 116352}) {
+    const TileSchedule s = backward("global_sliding", "{\"global_tokens\": 882, \"window\": 296}", seqlen, 5150);
+    const double idle = lca_flex_flash::idle_share(s), walk = lca_flex_flash::mean_tiles(s) * 8;
+    const double places = lca_flex_flash::span_places(lca_flex_flash::mean_span(s), 8);
+    EXPECT_LE(idle, lca_flex_flash::kIdleShareForSkip) << seqlen;
+    EXPECT_GT(places - walk, lca_flex_flash::kSkipPassedPlacesLimit) << seqlen;
+    EXPECT_GT(lca_flex_flash::visit_concentration(s), lca_flex_flash::kEvenVisits) << seqlen;
+    EXPECT_EQ(lca_flex_flash::default_backward_blocks(s, 1, 8, 132, BwdPairing::kAuto).range_places, 0) << seqlen;
+  }
+  // A schedule without visits.
+  EXPECT_EQ(lca_flex_flash::visit_concentration(TileSchedule{}), 0.0);
 }
 
 // The places a walk passes over are those between its first and last query tile: a key tile of a
@@ -935,19 +957,20 @@ TEST(FlexSchedule, DocumentWalksPassOverFewPlaces) {
 // Past the skip kernel's limit for plain walks (kPlainSkipWalkLimit iterations), the default
 // rotates plain walks of about one length (alike_walks) in the kernel without the skip
 // (default_sm90_rotate_backward): full from 64K (8192 iterations; 4096 at 32K stay as they are),
-// to 512K; block_sparse past 64K passes over too many places for either and its walks are split by
-// query ranges instead (range_walks_rule). Every other builtin mask at 16K-512K has short walks, pairs
-// (causal-like masks), split walks, the document-local order or walks of many lengths, and none of
-// those rotate: causal_blockwise at 256K-512K (2 to 1349 / 4452 query tiles) and full_document at
-// 512K (4 to 2298) have plain walks past the limit, and causal_blockwise's backward ran 0.71x
-// rotated (commit cd142dc). The default keeps one kv head after another where walks rotate.
+// to 512K; block_sparse past 64K and causal_blockwise at 64K, 256K and 512K pass over too many places
+// for either, with visits spread evenly, and their walks are split by query ranges instead
+// (range_walks_rule; causal_blockwise at 512K ran 526 TFLOP/s split, 318 whole). Every other builtin
+// mask at 16K-512K has short walks, pairs (causal-like masks), split walks, the document-local order
+// or walks of many lengths, and none of those rotate: full_document at 512K (4 to 2298 query tiles)
+// has plain walks past the limit that pass over few places. The default keeps one kv head after
+// another where walks rotate.
 TEST(FlexSchedule, LongPlainWalksRotateWhereTheyAreAlike) {
   const std::set<std::pair<std::string, int64_t>> rotating = {
       {"full", 65536}, {"full", 131072}, {"full", 262144}, {"full", 524288}};
   const std::set<std::pair<std::string, int64_t>> ranges = {
-      {"block_sparse", 131072}, {"block_sparse", 262144}, {"block_sparse", 524288}};
-  const std::set<std::pair<std::string, int64_t>> long_unlike = {
-      {"causal_blockwise", 262144}, {"causal_blockwise", 524288}, {"full_document", 524288}};
+      {"block_sparse", 131072},     {"block_sparse", 262144},     {"block_sparse", 524288},
+      {"causal_blockwise", 65536},  {"causal_blockwise", 262144}, {"causal_blockwise", 524288}};
+  const std::set<std::pair<std::string, int64_t>> long_unlike = {{"full_document", 524288}};
   for_each_builtin(/*by_query=*/false, {16384, 32768, 65536, 131072, 262144, 524288},
                    [&](const std::string& name, int64_t seqlen, const lca_flex_flash::TileSchedule& s) {
     const auto b = lca_flex_flash::default_backward_blocks(s, 8, 8, 132, BwdPairing::kAuto);

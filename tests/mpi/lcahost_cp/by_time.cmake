@@ -1,14 +1,10 @@
 # lcahost_cp_np2_by_time (CMakeLists.txt): two strategies on one mask with --warmup 1
 # --warmup-ms 300 --repeats 1 --repeat-ms 300; every ok cell must report more than one warm-up call
 # and more than one timed call.
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 file(REMOVE ${OUT})
-execute_process(COMMAND ${MPIEXEC} --oversubscribe --allow-run-as-root -np 2 ${LCAHOST} --plugins ${PLUGINS}
-                        --cp ulysses,ring_p2p --matrix cp-quick --masks causal --warmup 1 --warmup-ms 300
-                        --repeats 1 --repeat-ms 300 --out ${OUT}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "lcahost --cp exited ${rc}\n${out}\n${err}")
-endif()
+lcahost_cp("" --cp ulysses,ring_p2p --matrix cp-quick --masks causal --warmup 1 --warmup-ms 300
+           --repeats 1 --repeat-ms 300 --out ${OUT})
 file(STRINGS ${OUT} lines)
 set(cells 0)
 foreach(line IN LISTS lines)

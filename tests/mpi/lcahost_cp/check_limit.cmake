@@ -1,16 +1,13 @@
 # lcahost_cp_np2_check_limit (CMakeLists.txt): --check-max-seqlen under mpirun counts the whole
 # sequence (tokens a rank x ranks: 64 x 2 in cp-quick). At 127 every cell runs unchecked and says so;
 # at 128 every cell is checked. The ranks decide alike, so neither run hangs in a gather.
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 foreach(limit 127 128)
   set(file ${OUT}.${limit}.jsonl)
   file(REMOVE ${file})
-  execute_process(COMMAND ${MPIEXEC} --oversubscribe --allow-run-as-root -np 2 ${LCAHOST} --plugins ${PLUGINS}
-                          --cp usp,balanced --matrix cp-quick --masks causal --check-max-seqlen ${limit} --out ${file}
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "lcahost --cp --check-max-seqlen ${limit} exited ${rc}\n${out}\n${err}")
-  endif()
-  file(STRINGS ${file} lines REGEX "\"type\":\"cell\"")
+  lcahost_cp("--check-max-seqlen ${limit}" --cp usp,balanced --matrix cp-quick --masks causal --check-max-seqlen ${limit}
+             --out ${file})
+  cell_records(${file} lines)
   set(cells 0)
   foreach(line IN LISTS lines)
     math(EXPR cells "${cells} + 1")

@@ -1,6 +1,7 @@
 # lcahost_cp_np2_config (CMakeLists.txt): every CP cell records the configuration that ran, every
 # default explicit (cp_config): balanced's backward in one call on one node's ranks by default and
 # staged when stages is given; usp's Ulysses degree.
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 foreach(run default staged)
   set(file ${OUT}.${run}.jsonl)
   file(REMOVE ${file})
@@ -9,12 +10,7 @@ foreach(run default staged)
   else()
     set(extra --cp-options "{\"stages\":2}")
   endif()
-  execute_process(COMMAND ${MPIEXEC} --oversubscribe --allow-run-as-root -np 2 ${LCAHOST} --plugins ${PLUGINS}
-                          --cp balanced,usp --matrix cp-quick --masks causal_document --no-check ${extra} --out ${file}
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "lcahost --cp (${run}) exited ${rc}\n${out}\n${err}")
-  endif()
+  lcahost_cp("(${run})" --cp balanced,usp --matrix cp-quick --masks causal_document --no-check ${extra} --out ${file})
   file(STRINGS ${file} lines REGEX "\"type\":\"cell\"")
   set(balanced 0)
   set(usp 0)

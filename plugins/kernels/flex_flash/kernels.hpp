@@ -430,23 +430,42 @@ inline std::vector<BwdItem> unpaired_under_a_wave(const TileSchedule& s, const s
              : std::vector<BwdItem>{};
 }
 
-// The document-local order (backward_items) does not split its walks. Where its blocks fit in two
-// waves (blocks x kv heads <= 2 x slots) the longest document's walks set the time and SMs idle
-// beside them; there plain walks, longest first and split (split_long_walks), take its place where
-// split_long_walks does split some and their simulated dispatch is kUnpairGain sooner. Only the
-// split is the gain: plain walks lose the L2 reuse of a document's query tiles, which the simulation
-// does not see. Measured (H100, heads 8:1):
+// The document-local order (backward_items) does not split its walks, and the longest documents'
+// walks set the time while SMs idle beside them: under two waves at any length, and over more
+// where a few documents are far longer than the rest (prolong64k documents at 55011 tokens, heads
+// 8:1: 430 blocks, simulated 0.64 of the bound; it ran 0.74x cudnn_sdpa in a sweep). There plain
+// walks, longest first and split (split_long_walks), take its place where split_long_walks does
+// split some and their simulated dispatch is kUnpairGain sooner (local_walks_give_way): under two
+// waves always, over two waves where every block of the local order is a document-local walk. Only
+// the split is the gain: plain walks lose the L2 reuse of a document's query tiles, which the
+// simulation does not see, so without a split the local order stays; and where the local order
+// holds plain walks of its own (a question that every answer sees, split there too) it stays over
+// two waves. Measured (H100):
 // - tools/dev/matrices/ab-short-bwd.json (seed 101, causal_document with 1100-2400-token documents,
-//   d128): at 20011 tokens (157 blocks, 1.2 waves; simulated 1.50x) plain split walks ran 1.27x the
-//   local order, which trailed cudnn_sdpa (0.83x); at 60013 (469 blocks, 3.6 waves; simulated 1.28x,
-//   no walk split) plain walks ran 0.72x it, and with 64:8 (1256-3752 blocks) 0.64-0.72x;
+//   d128, heads 8:1): at 20011 tokens (157 blocks, 1.2 waves; simulated 1.50x) plain split walks ran
+//   1.27x the local order, which trailed cudnn_sdpa (0.83x); at 60013 (469 blocks, 3.6 waves;
+//   simulated 1.28x, no walk split) plain walks ran 0.72x it, and with 64:8 (1256-3752 blocks)
+//   0.64-0.72x;
 // - tools/dev/matrices/ab-short-bwd-confirm.json (seed 202, causal_document with documents of
 //   800-1600, 1100-2400 and 2000-4000 tokens, prefix_lm_document with 1000-3000, d64 and d128):
 //   at 18001 and 24007 tokens (202-783 blocks, walks split) 1.15-1.8x the local order; at 33001
 //   (258 blocks, 1.95 waves) plain walks that no split reached ran 1.14-1.30x it at d64 but
-//   0.83-0.93x at d128, so without a split the local order stays.
-inline bool local_under_two_waves(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t slots) {
-  return slots > 0 && local_walks(items) && static_cast<int64_t>(items.size()) * heads_kv <= 2 * int64_t{slots};
+//   0.83-0.93x at d128, so without a split the local order stays;
+// - over two waves, tools/dev/matrices/ab-bwd-local-split*.json (seed 611: causal_document with
+//   prolong64k and pile documents, prefix_lm_document with prolong512k, shared_question with
+//   prolong512k and 300-900-token documents; 7001-70001 tokens, heads 8:1, 16:2 and 64:8, d64 and
+//   d128; and the builtin masks at 131072 tokens, 8:1, seed 42), the local order forced against
+//   forced off in one run: the 20 cells this rule moves ran 1.54-2.10x at d64 and 1.12-1.58x at
+//   d128 (2.4-4.1 waves at 8:1 and 16:2; shared_question at 7001 tokens with 64:8, 3.3 waves). The
+//   shared_question cells whose question walks are plain in the local order were left to it: split
+//   plain walks ran 0.82x / 0.87x it with 16:2 at 41011 / 70001 tokens and 0.87x at 131072 with 8:1,
+//   d128 (0.98-1.21x on its other cells over two waves at d128, 1.07-1.50x at d64): given up, not
+//   lost. With 300-900-token documents the local order stays too, and there it leads at d128 (split
+//   plain walks 0.74-0.91x).
+inline bool local_walks_give_way(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t slots) {
+  if (slots <= 0 || !local_walks(items)) return false;
+  const bool only_local = std::all_of(items.begin(), items.end(), [](const BwdItem& it) { return (it.flags & kWalkLocal) != 0; });
+  return only_local || static_cast<int64_t>(items.size()) * heads_kv <= 2 * int64_t{slots};
 }
 
 // The skip kernel's plain walks were never split (split_long_walks): its blocks start where the
@@ -563,7 +582,7 @@ inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t hea
   BackwardBlocks b;
   b.items = backward_items(s, heads_kv, group, slots, pairing,
                            local == BwdLocal::kAuto && skip_possible ? BwdLocal::kOff : local);
-  if (local == BwdLocal::kAuto && split == BwdSplit::kAuto && s.tile_rows == kBwdKeys && local_under_two_waves(b.items, heads_kv, slots)) {
+  if (local == BwdLocal::kAuto && split == BwdSplit::kAuto && s.tile_rows == kBwdKeys && local_walks_give_way(b.items, heads_kv, slots)) {
     std::vector<BwdItem> plain = backward_items(s, heads_kv, group, slots, pairing, BwdLocal::kOff);
     const std::vector<BwdItem> split_plain = split_long_walks(plain, heads_kv, group, slots);
     if (split_plain.size() > plain.size() &&

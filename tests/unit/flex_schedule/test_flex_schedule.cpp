@@ -1332,19 +1332,31 @@ void expect_key_tiles_once(const TileSchedule& s, const std::vector<BwdItem>& it
   EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), s.row_tiles);
 }
 
-// The backward's document-local order gives way to plain walks, split, where its blocks fit in two
-// waves, split_long_walks splits some plain walks and their simulated dispatch is 20% sooner
-// (local_under_two_waves): causal documents of 1100-2400 tokens at 20011 tokens (seed 101) and
-// 18001 (seed 202) with one kv head on 132 SMs. It stays at 60013 tokens (3.6 waves), with 8 kv
-// heads, at 33001 tokens with one (258 blocks: no walk split) and on the builtin masks at 128K.
-TEST(FlexSchedule, TheDocumentLocalOrderGivesWayToSplitWalksUnderTwoWaves) {
+// The backward's document-local order gives way to plain walks, split, where split_long_walks splits
+// some plain walks and their simulated dispatch is 20% sooner (local_walks_give_way): under two waves
+// (causal documents of 1100-2400 tokens at 20011 tokens, seed 101, and 18001, seed 202, one kv head
+// on 132 SMs), and over two waves where the local order holds no plain walks of its own (prolong64k
+// and pile documents at 41011 and 70001 tokens with one kv head and at 23003 with two, seed 611; a
+// 300-900-token question at 7001 tokens with 8 kv heads). It stays at 60013 tokens (3.6 waves, no
+// walk split), with 8 kv heads at 20011, at 33001 tokens with one (258 blocks: no walk split), on
+// the builtin masks at 128K, and where the question's own walks are plain in the local order over
+// two waves (shared_question with prolong512k documents at 41011 tokens, seed 611, one and two kv
+// heads: the split walks ran 0.83x there with two, at head dim 128).
+TEST(FlexSchedule, TheDocumentLocalOrderGivesWayToSplitWalksWhereTheLongestDocumentsSetTheTime) {
   struct C { const char* name; const char* params; int64_t seqlen; uint64_t seed; int32_t heads_kv; bool local; };
   for (const C c : {C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 20011, 101, 1, false},
                     C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 18001, 202, 1, false},
                     C{"prefix_lm_document", "{\"dist\":\"uniform:1000-3000\"}", 24007, 202, 1, false},
+                    C{"causal_document", "{\"dist\":\"prolong64k\"}", 41011, 611, 1, false},
+                    C{"causal_document", "{\"dist\":\"pile\"}", 70001, 611, 1, false},
+                    C{"causal_document", "{\"dist\":\"prolong64k\"}", 23003, 611, 2, false},
+                    C{"prefix_lm_document", "{\"dist\":\"prolong512k\",\"prefix\":40}", 70001, 611, 1, false},
+                    C{"shared_question", "{\"dist\":\"uniform:300-900\"}", 7001, 611, 8, false},
                     C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 60013, 101, 1, true},
                     C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 20011, 101, 8, true},
                     C{"causal_document", "{\"dist\":\"uniform:1100-2400\"}", 33001, 202, 1, true},
+                    C{"shared_question", "{\"dist\":\"prolong512k\"}", 41011, 611, 1, true},
+                    C{"shared_question", "{\"dist\":\"prolong512k\"}", 41011, 611, 2, true},
                     C{"causal_document", "{}", 131072, 42, 1, true}, C{"shared_question", "{}", 131072, 42, 1, true}}) {
     SCOPED_TRACE(std::string(c.name) + " " + c.params + " " + std::to_string(c.seqlen) + " kv heads " +
                  std::to_string(c.heads_kv));

@@ -457,14 +457,13 @@ inline std::vector<BwdItem> unpaired_under_a_wave(const TileSchedule& s, const s
 //   d128; and the builtin masks at 131072 tokens, 8:1, seed 42), the local order forced against
 //   forced off in one run: the 20 cells this rule moves ran 1.54-2.10x at d64 and 1.12-1.58x at
 //   d128 (2.4-4.1 waves at 8:1 and 16:2; shared_question at 7001 tokens with 64:8, 3.3 waves). The
-//   shared_question cells whose question walks are plain in the local order were left to it: split
-//   plain walks ran 0.82x / 0.87x it with 16:2 at 41011 / 70001 tokens and 0.87x at 131072 with 8:1,
-//   d128 (0.98-1.21x on its other cells over two waves at d128, 1.07-1.50x at d64): given up, not
-//   lost. With 300-900-token documents the local order stays too, and there it leads at d128 (split
-//   plain walks 0.74-0.91x).
+//   shared_question cells whose question walks are plain in the local order stay in it: over two
+//   waves split plain walks lost on 25 of their 34 cells (0.69-0.79x with 64:8 at d128, 0.80-0.90x
+//   at d64) and gained on 9 (1.07-1.50x, 8:1 and 16:2, mostly d64): given up, not lost.
 inline bool local_walks_give_way(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t slots) {
   if (slots <= 0 || !local_walks(items)) return false;
-  const bool only_local = std::all_of(items.begin(), items.end(), [](const BwdItem& it) { return (it.flags & kWalkLocal) != 0; });
+  const bool only_local =
+      std::all_of(items.begin(), items.end(), [](const BwdItem& it) { return (it.flags & kWalkLocal) != 0; });
   return only_local || static_cast<int64_t>(items.size()) * heads_kv <= 2 * int64_t{slots};
 }
 
@@ -582,7 +581,8 @@ inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t hea
   BackwardBlocks b;
   b.items = backward_items(s, heads_kv, group, slots, pairing,
                            local == BwdLocal::kAuto && skip_possible ? BwdLocal::kOff : local);
-  if (local == BwdLocal::kAuto && split == BwdSplit::kAuto && s.tile_rows == kBwdKeys && local_walks_give_way(b.items, heads_kv, slots)) {
+  if (local == BwdLocal::kAuto && split == BwdSplit::kAuto && s.tile_rows == kBwdKeys &&
+      local_walks_give_way(b.items, heads_kv, slots)) {
     std::vector<BwdItem> plain = backward_items(s, heads_kv, group, slots, pairing, BwdLocal::kOff);
     const std::vector<BwdItem> split_plain = split_long_walks(plain, heads_kv, group, slots);
     if (split_plain.size() > plain.size() &&

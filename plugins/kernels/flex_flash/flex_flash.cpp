@@ -291,7 +291,6 @@ class FlexFlash final : public lca::IKernel {
     p.scale_log2 = pr.softmax_scale * 1.4426950408889634f;
     p.sched = plan.fwd.view();
     p.forward = plan.options.forward;
-    p.exp2_fma = plan.options.fwd_exp2;
     launch_forward(pr.dtype, pr.head_dim, p, exec.stream);
   }
 

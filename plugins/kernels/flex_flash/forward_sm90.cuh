@@ -152,24 +152,8 @@ struct RingSlot {
 // its keys are loaded again from the step's previous tile and masked out entirely.
 constexpr int32_t kAbsentTile = -2;
 
-// 2^y by the FMA units, leaving the special-function unit (which takes a warp's 2^y in 8 cycles, as
-// long as its tensor cores take the step's GEMMs at head dim 64) to the other keys: y rounded to
-// n + f, |f| <= 1/2 (the 1.5 x 2^23 shift leaves round(y) in t's low bits), 2^f by a degree-3
-// polynomial fitted to the relative error (7.5e-5 at most; P is stored in 16 bits: bf16 keeps
-// 3.9e-3), n added into the exponent. Below -125 (masked keys' -inf among them) it is 0, as ex2's
-// flushed result is.
-__device__ __forceinline__ float exp2_fma(float y) {
-  const float yc = fmaxf(y, -125.f);
-  const float t = yc + 12582912.f;
-  const float f = yc - (t - 12582912.f);
-  const float q = fmaf(fmaf(fmaf(0.05517167f, f, 0.24261115f), f, 0.69326099f), f, 0.99992807f);
-  const float r = __int_as_float(__float_as_int(q) + (__float_as_int(t) << 23));
-  return y >= -125.f ? r : 0.f;
-}
-
-// kExp2Fma (head dim 64): one key pair in kExp2Fma of the softmax takes 2^x by exp2_fma (0: none).
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, bool kPersistent = false,
-          bool kPair = false, int kConsumers = 2, int kExp2Fma = 0>
+          bool kPair = false, int kConsumers = 2>
 __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
     forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -511,15 +495,8 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       const float m_use = row_max[r] == -INFINITY ? 0.f : row_max[r];
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n) {
-        const float y0 = fmaf(sc[4 * n + 2 * r], p.scale_log2, -m_use);
-        const float y1 = fmaf(sc[4 * n + 2 * r + 1], p.scale_log2, -m_use);
-        if (kExp2Fma > 0 && n % kExp2Fma == kExp2Fma - 1) {
-          sc[4 * n + 2 * r] = exp2_fma(y0);
-          sc[4 * n + 2 * r + 1] = exp2_fma(y1);
-        } else {
-          sc[4 * n + 2 * r] = exp2f(y0);
-          sc[4 * n + 2 * r + 1] = exp2f(y1);
-        }
+        sc[4 * n + 2 * r] = exp2f(fmaf(sc[4 * n + 2 * r], p.scale_log2, -m_use));
+        sc[4 * n + 2 * r + 1] = exp2f(fmaf(sc[4 * n + 2 * r + 1], p.scale_log2, -m_use));
         row_sum[r] += sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
       }
     }
@@ -892,11 +869,11 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
 // "sm90_pingpong" (64 keys, taking turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a
 // time) or "mma" (the portable mma.sync kernel). Measurements in docs/kernels/flex_flash.md.
 
-template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, int kConsumers = 2, int kExp2Fma = 0>
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, int kConsumers = 2>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
   using L = Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys, kConsumers>;
   static_assert(L::kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
-  constexpr auto kernel = forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys, false, false, kConsumers, kExp2Fma>;
+  constexpr auto kernel = forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys, false, false, kConsumers>;
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
   kernel<<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
@@ -1026,23 +1003,13 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
     case Sm90FwdKernel::pair64: return launch_forward_sm90_pair<T, D, kTile>(p, maps, stream);
     case Sm90FwdKernel::k128_wg3:
     case Sm90FwdKernel::overlap_wg3:
-      if constexpr (D == 64) {
-        if (p.exp2_fma == 4) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3, 4>(p, maps, stream);
-        if (p.exp2_fma == 2) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3, 2>(p, maps, stream);
-        return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3>(p, maps, stream);
-      } else {
-        return launch_forward_sm90_variant<T, D, true, false, kTile, 3>(p, maps, stream);
-      }
+      if constexpr (D == 64) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3>(p, maps, stream);
+      else return launch_forward_sm90_variant<T, D, true, false, kTile, 3>(p, maps, stream);
     case Sm90FwdKernel::pingpong: return launch_forward_sm90_variant<T, D, true, true>(p, maps, stream);
     case Sm90FwdKernel::plain: return launch_forward_sm90_variant<T, D, false, false>(p, maps, stream);
     case Sm90FwdKernel::overlap: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
     case Sm90FwdKernel::k128_pingpong: return launch_forward_sm90_variant<T, D, true, true, 2 * kTile>(p, maps, stream);
-    case Sm90FwdKernel::k128:
-      if constexpr (D == 64) {
-        if (p.exp2_fma == 4) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 2, 4>(p, maps, stream);
-        if (p.exp2_fma == 2) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 2, 2>(p, maps, stream);
-      }
-      return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
+    case Sm90FwdKernel::k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
     case Sm90FwdKernel::persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
   }
 }

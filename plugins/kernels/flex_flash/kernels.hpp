@@ -73,7 +73,6 @@ struct FwdParams {
   float scale_log2;        // softmax_scale * log2(e)
   DeviceSchedule sched;    // rows are query tiles
   ForwardChoice forward = ForwardChoice::sm90_auto;  // the instance's "forward" option (options.hpp)
-  int32_t exp2_fma = 0;  // head dim 64: one key pair in this many takes 2^x by the FMA units (0: none)
 };
 
 struct BwdParams {

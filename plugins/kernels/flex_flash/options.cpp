@@ -45,7 +45,6 @@ const Names<BackwardChoice> kBackward = {
 const Names<int32_t> kFwdOrder = {{"heads_outer", 1}, {"heads_2", 2},   {"heads_4", 4},
                                   {"heads_8", 8},     {"heads_16", 16}, {"heads_inner", -1}};
 const Names<int32_t> kOrder = {{"kv_heads_outer", 1}, {"kv_heads_inner", -1}, {"kv_heads_2", 2}, {"kv_heads_4", 4}};
-const Names<int32_t> kExp2 = {{"mufu", 0}, {"fma4", 4}, {"fma2", 2}};
 const Names<Switch> kSplit = {{"off", Switch::kOff}, {"all", Switch::kOn}};
 const Names<Switch> kOffOn = {{"off", Switch::kOff}, {"on", Switch::kOn}};
 
@@ -114,11 +113,10 @@ Options parse_options(const std::string& config_json) {
     else if (key == "bwd_local") o.bwd_local = value_of(kOffOn, key, v);
     else if (key == "dq_first") o.dq_first = value_of(kOffOn, key, v);
     else if (key == "bwd_dv_first") o.bwd_dv_first = value_of(kOffOn, key, v);
-    else if (key == "fwd_exp2") o.fwd_exp2 = value_of(kExp2, key, v);
     else
       throw lca::Error(LCA_ERR_INVALID_ARGUMENT,
                        "flex_flash: unknown option '" + key +
-                           "' (options: forward, backward, fwd_order, fwd_exp2, bwd_order, bwd_split, bwd_ranges, bwd_match, bwd_local, dq_first, bwd_dv_first; "
+                           "' (options: forward, backward, fwd_order, bwd_order, bwd_split, bwd_ranges, bwd_match, bwd_local, dq_first, bwd_dv_first; "
                            "see plugins/kernels/flex_flash/README.md)");
   }
   return o;

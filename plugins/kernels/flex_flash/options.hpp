@@ -63,10 +63,6 @@ struct Options {
   // absent (plan()'s rule, forward_heads_together), -1 for all of them (heads_inner), else 1
   // (heads_outer), 2, 4, 8 or 16 (heads_2 ... heads_16; the largest divisor of the heads at most that).
   int32_t fwd_order = 0;
-  // "fwd_exp2": how the Hopper forward's softmax takes 2^x at head dim 64 (forward_sm90.cuh,
-  // exp2_fma): 0 where absent or "mufu" (every one by the special-function unit), else one key pair
-  // in this many by the FMA units ("fma4": 4, "fma2": 2).
-  int32_t fwd_exp2 = 0;
 };
 
 // The options of a config_json object ("" or "{}": every default). Throws lca::Error

@@ -205,14 +205,46 @@ inline int64_t largest_load(const std::vector<int64_t>& weight, const std::vecto
 // for them (chunk_tile_weights).
 enum class BalanceBy { cells, tiles };
 
-// The balanced split of a mask over `groups` context groups, chunks_per_group chunks each.
+// The chunks a group where the option leaves the count out (chunks_per_group 0): kBaseChunks,
+// doubled while the doubled split's largest group holds under 1 / (1 + kChunkDoublingCost) of the
+// cells of the split before it, chunks stay at least kMinChunkTokens long and at most
+// kMostChunks a group. Doubling the chunks costs what it does not rebalance: more segments to fetch
+// and merge, more tiles cut at chunk starts. Measured on 4 H200s (cp-balance, 32K tokens a GPU, the
+// 60 document cells whose split by 8 is balanced already): 16 chunks ran 0.85-1.23x 8 (geomean
+// 0.99), 32 chunks 0.74-1.16x (0.93), about 3.5% a doubling; the rule takes 5%, which also covers
+// the runs' spread. Where the last long document of causal_blockwise left the heaviest of 4 groups
+// of 8 chunks 1.52x the mean, 16 chunks ran 1.33-1.52x. Confirmed on other lengths and draws in
+// docs/cp.md (a training step 0.90-2.31x, geomean 1.16, where the rule changes the split).
+inline constexpr int kBaseChunks = 8;
+inline constexpr double kChunkDoublingCost = 0.05;
+inline constexpr int64_t kMinChunkTokens = 256;
+inline constexpr int kMostChunks = 64;
+
+// The cells of the largest group of the balanced split by cells with chunks_per_group chunks a group.
+inline int64_t largest_group_cells(const std::vector<lca_slice>& slices, int64_t S, int groups, int chunks_per_group);
+
+inline int auto_chunks(const std::vector<lca_slice>& slices, int64_t S, int groups) {
+  int chunks = kBaseChunks;
+  int64_t cells = largest_group_cells(slices, S, groups, chunks);
+  while (2 * chunks <= kMostChunks && S / (int64_t(groups) * 2 * chunks) >= kMinChunkTokens) {
+    const int64_t doubled = largest_group_cells(slices, S, groups, 2 * chunks);
+    if (double(doubled) * (1.0 + kChunkDoublingCost) >= double(cells)) break;
+    chunks *= 2;
+    cells = doubled;
+  }
+  return chunks;
+}
+
+// The balanced split of a mask over `groups` context groups, chunks_per_group chunks each (0: as
+// many as auto_chunks picks).
 inline Balance make_balance(const std::vector<lca_slice>& slices, int64_t S, int groups, int chunks_per_group,
                             BalanceBy by = BalanceBy::cells) {
-  require(groups >= 1 && chunks_per_group >= 1, LCA_ERR_INVALID_ARGUMENT,
+  require(groups >= 1 && chunks_per_group >= 0, LCA_ERR_INVALID_ARGUMENT,
           "balanced: chunks_per_rank must be >= 1, got " + std::to_string(chunks_per_group));
   require(S >= groups, LCA_ERR_UNSUPPORTED,
           "balanced: " + std::to_string(S) + " tokens cannot give each of " + std::to_string(groups) +
               " context groups a chunk");
+  if (chunks_per_group == 0) chunks_per_group = auto_chunks(slices, S, groups);
   const int n = static_cast<int>(std::min<int64_t>(int64_t(groups) * chunks_per_group, S));
   Balance b;
   b.bounds = even_bounds(S, n);
@@ -229,6 +261,13 @@ inline Balance make_balance(const std::vector<lca_slice>& slices, int64_t S, int
   b.chunks.assign(groups, {});
   for (int c = 0; c < n; ++c) b.chunks[b.owner[c]].push_back(c);
   return b;
+}
+
+inline int64_t largest_group_cells(const std::vector<lca_slice>& slices, int64_t S, int groups, int chunks_per_group) {
+  const Balance b = make_balance(slices, S, groups, chunks_per_group);
+  int64_t most = 0;
+  for (int g = 0; g < groups; ++g) most = std::max(most, b.group_area(g));
+  return most;
 }
 
 }  // namespace lca::cp

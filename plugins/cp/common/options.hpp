@@ -25,7 +25,7 @@ struct EngineOptions {
   int window = 0;       // double ring: members per inner ring (0: a single ring)
   // Group-cast (mode groupcast): the sequence in cp * chunks_per_group chunks dealt out by mask
   // area (balance.hpp), remote KV fetched in remote_stages stages after the local one.
-  int chunks_per_group = 8;
+  int chunks_per_group = 8;  // balanced: 0 where left to the mask (auto_chunks, balance.hpp)
   int remote_stages = 1;
   BalanceBy balance_by = BalanceBy::cells;
   // Group-cast: fetch every remote chunk first and compute the own and fetched KV in one kernel call
@@ -133,9 +133,16 @@ inline EngineOptions choose_balanced(const nlohmann::json& j, int W, int local_s
               std::to_string(W));
   const std::string why = head_degree_problem(o.head_degree, p.heads_q, p.heads_kv);
   require(why.empty(), LCA_ERR_UNSUPPORTED, "balanced: " + why);
-  o.chunks_per_group = int_option(j, "chunks_per_rank", 8);
-  require(o.chunks_per_group >= 1 && o.chunks_per_group <= 4096, LCA_ERR_INVALID_ARGUMENT,
-          "balanced: chunks_per_rank must be in 1..4096, got " + std::to_string(o.chunks_per_group));
+  // Absent or "auto": the count the mask calls for (auto_chunks), made explicit in the record by
+  // resolve_chunks once the mask is known.
+  o.chunks_per_group = 0;
+  if (j.contains("chunks_per_rank") && !(j["chunks_per_rank"].is_string() && j["chunks_per_rank"] == "auto")) {
+    require(j["chunks_per_rank"].is_number_integer(), LCA_ERR_INVALID_ARGUMENT,
+            "balanced: chunks_per_rank must be an integer in 1..4096 or \"auto\", got " + j["chunks_per_rank"].dump());
+    o.chunks_per_group = j["chunks_per_rank"].get<int>();
+    require(o.chunks_per_group >= 1 && o.chunks_per_group <= 4096, LCA_ERR_INVALID_ARGUMENT,
+            "balanced: chunks_per_rank must be in 1..4096 or \"auto\", got " + std::to_string(o.chunks_per_group));
+  }
   if (j.contains("balance_by")) {
     const auto& v = j["balance_by"];
     require(v.is_string() && (v == "cells" || v == "tiles"), LCA_ERR_INVALID_ARGUMENT,
@@ -174,7 +181,8 @@ inline nlohmann::json explicit_options(const std::string& name, const EngineOpti
   if (name == "usp") return {{"ulysses_degree", o.head_degree}, {"zigzag", o.zigzag}};
   if (name == "loongtrain") return {{"head_degree", o.head_degree}, {"window_size", o.window}, {"zigzag", o.zigzag}};
   if (name == "balanced") {
-    nlohmann::json j = {{"head_degree", o.head_degree}, {"chunks_per_rank", o.chunks_per_group},
+    nlohmann::json j = {{"head_degree", o.head_degree},
+                        {"chunks_per_rank", o.chunks_per_group > 0 ? nlohmann::json(o.chunks_per_group) : nlohmann::json("auto")},
                         {"balance_by", o.balance_by == BalanceBy::tiles ? "tiles" : "cells"}};
     if (o.one_call_fwd && o.one_call_bwd) {
       j["one_call"] = true;  // every stage in one call: "stages" does not apply (and is refused with it)
@@ -185,6 +193,15 @@ inline nlohmann::json explicit_options(const std::string& name, const EngineOpti
     return j;
   }
   return nullptr;
+}
+
+// A record's configuration (explicit_options) with balanced's "auto" chunk count replaced by the
+// count that ran on this mask of S tokens over `world` ranks (auto_chunks); other records as they are.
+inline void resolve_chunks(nlohmann::json& config, const std::vector<lca_slice>& slices, int64_t S, int world) {
+  if (!config.is_object() || !config.contains("chunks_per_rank") || config["chunks_per_rank"] != "auto") return;
+  const int u = config.value("head_degree", 1);
+  if (u < 1 || world % u != 0 || S < world / u) return;
+  config["chunks_per_rank"] = auto_chunks(slices, S, world / u);
 }
 
 // The configuration of the strategy `name` (a plugin name); throws for an unknown one.

@@ -220,7 +220,57 @@ TEST(CpBalance, TooFewTokensOrChunksAreRefusedByName) {
   } catch (const lca::Error& e) {
     EXPECT_NE(std::string(e.what()).find("3 tokens"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(make_balance(full, 3, 1, 0), lca::Error);
+  EXPECT_THROW(make_balance(full, 3, 1, -1), lca::Error);
+}
+
+// Left out, the chunk count is the mask's: more chunks only where they lower the heaviest group's
+// cells by more than doubling costs (auto_chunks). Documents of 1024 causal tokens whose last 1024
+// rows also see the whole sequence (a causal_blockwise-like last document): with 8 chunks a group
+// of 4, its chunk alone outweighs a group's share; the split picked holds far less in its heaviest
+// group. The documents alone, and a problem too short for longer splits, keep 8.
+TEST(CpBalance, TheChunkCountDoublesOnlyWhereItRebalances) {
+  using lca::cp::auto_chunks;
+  using lca::cp::largest_group_cells;
+  const int64_t S = 32768;
+  const int groups = 4;
+  std::vector<lca_slice> docs;
+  for (int64_t a = 0; a < S; a += 1024) docs.push_back(sl(a, a + 1024, a, a + 1024, LCA_SLICE_CAUSAL));
+  EXPECT_EQ(auto_chunks(docs, S, groups), 8);
+  std::vector<lca_slice> heavy = docs;
+  heavy.push_back(sl(S - 1024, S, 0, S - 1024, LCA_SLICE_FULL));
+  const int picked = auto_chunks(heavy, S, groups);
+  EXPECT_GT(picked, 8);
+  EXPECT_LE(picked, lca::cp::kMostChunks);
+  const int64_t by8 = largest_group_cells(heavy, S, groups, 8);
+  const int64_t chosen = largest_group_cells(heavy, S, groups, picked);
+  EXPECT_LT(double(chosen) * (1.0 + lca::cp::kChunkDoublingCost), double(by8)) << picked;
+  // make_balance with 0 runs the count picked; chunks no shorter than kMinChunkTokens.
+  const Balance b = make_balance(heavy, S, groups, 0);
+  EXPECT_EQ(b.count(), groups * picked);
+  EXPECT_GE(S / b.count(), lca::cp::kMinChunkTokens);
+  const std::vector<lca_slice> short_heavy{sl(0, 1024, 0, 1024, LCA_SLICE_CAUSAL), sl(896, 1024, 0, 896, LCA_SLICE_FULL)};
+  EXPECT_EQ(auto_chunks(short_heavy, 1024, groups), 8);
+}
+
+// The record says the chunk count that ran: "auto" resolved on the mask, an explicit count kept.
+TEST(CpBalancedOptions, TheRecordNamesTheChunkCountThatRan) {
+  lca_problem p{};
+  p.heads_q = 8, p.heads_kv = 1, p.head_dim = 128;
+  nlohmann::json kept = lca::cp::explicit_options("balanced", lca::cp::choose_strategy("balanced", nlohmann::json::object(), 4, 4, p));
+  EXPECT_EQ(kept["chunks_per_rank"], "auto");
+  std::vector<lca_slice> heavy;
+  const int64_t S = 32768;
+  for (int64_t a = 0; a < S; a += 1024) heavy.push_back(sl(a, a + 1024, a, a + 1024, LCA_SLICE_CAUSAL));
+  heavy.push_back(sl(S - 1024, S, 0, S - 1024, LCA_SLICE_FULL));
+  lca::cp::resolve_chunks(kept, heavy, S, 4);
+  ASSERT_TRUE(kept["chunks_per_rank"].is_number_integer()) << kept.dump();
+  EXPECT_EQ(kept["chunks_per_rank"].get<int>(), lca::cp::auto_chunks(heavy, S, 4));
+  nlohmann::json fixed = lca::cp::explicit_options(
+      "balanced", lca::cp::choose_strategy("balanced", nlohmann::json::parse(R"({"chunks_per_rank":5})"), 4, 4, p));
+  lca::cp::resolve_chunks(fixed, heavy, S, 4);
+  EXPECT_EQ(fixed["chunks_per_rank"], 5);
+  EXPECT_THROW(lca::cp::choose_strategy("balanced", nlohmann::json::parse(R"({"chunks_per_rank":"many"})"), 4, 4, p),
+               lca::Error);
 }
 
 }  // namespace

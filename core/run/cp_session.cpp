@@ -320,10 +320,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                   }
                   auto gm = masks.generate(mspec, S, spec.seed);
                   r.area = gm->area();
-                  if (srec->name() == "balanced")
-                    cp::resolve_chunks(r.cp_config,
-                                       std::vector<lca_slice>(gm->mask().slices, gm->mask().slices + gm->mask().num_slices),
-                                       S, W);
+                  cp::resolve_chunks(r.cp_config, gm->mask(), W);  // balanced's "auto": the count that runs
                   r.flops = attention_flops(r.area, D, static_cast<int>(Hq), bwd);
                   const lca_problem problem{sizeof(lca_problem), dtype, be.type(), be.device_index(), S, S,
                                             static_cast<int32_t>(Hq), static_cast<int32_t>(Hkv), D,

@@ -205,6 +205,27 @@ inline int64_t largest_load(const std::vector<int64_t>& weight, const std::vecto
 // for them (chunk_tile_weights).
 enum class BalanceBy { cells, tiles };
 
+// The balanced split with exactly chunks_per_group chunks a group (arguments checked by make_balance).
+inline Balance split_in_chunks(const std::vector<lca_slice>& slices, int64_t S, int groups, int chunks_per_group,
+                               BalanceBy by) {
+  const int n = static_cast<int>(std::min<int64_t>(int64_t(groups) * chunks_per_group, S));
+  Balance b;
+  b.bounds = even_bounds(S, n);
+  b.area = chunk_areas(slices, b.bounds);
+  std::vector<int64_t> cells(n);
+  for (int i = 0; i < n; ++i) cells[i] = b.rows_area(i);
+  b.owner = assign_chunks(cells, groups);
+  if (by == BalanceBy::tiles) {
+    // The split by tiles, unless the split by cells already holds fewer tiles in its largest group.
+    const std::vector<int64_t> tiles = chunk_tile_weights(slices, b.bounds);
+    const std::vector<int> by_tiles = assign_chunks(tiles, groups);
+    if (largest_load(tiles, by_tiles, groups) < largest_load(tiles, b.owner, groups)) b.owner = by_tiles;
+  }
+  b.chunks.assign(groups, {});
+  for (int c = 0; c < n; ++c) b.chunks[b.owner[c]].push_back(c);
+  return b;
+}
+
 // The chunks a group where the option leaves the count out (chunks_per_group 0): kBaseChunks,
 // doubled while the doubled split's largest group holds under 1 / (1 + kChunkDoublingCost) of the
 // cells of the split before it, chunks stay at least kMinChunkTokens long and at most
@@ -221,7 +242,12 @@ inline constexpr int64_t kMinChunkTokens = 256;
 inline constexpr int kMostChunks = 64;
 
 // The cells of the largest group of the balanced split by cells with chunks_per_group chunks a group.
-inline int64_t largest_group_cells(const std::vector<lca_slice>& slices, int64_t S, int groups, int chunks_per_group);
+inline int64_t largest_group_cells(const std::vector<lca_slice>& slices, int64_t S, int groups, int chunks_per_group) {
+  const Balance b = split_in_chunks(slices, S, groups, chunks_per_group, BalanceBy::cells);
+  int64_t most = 0;
+  for (int g = 0; g < groups; ++g) most = std::max(most, b.group_area(g));
+  return most;
+}
 
 inline int auto_chunks(const std::vector<lca_slice>& slices, int64_t S, int groups) {
   int chunks = kBaseChunks;
@@ -244,30 +270,8 @@ inline Balance make_balance(const std::vector<lca_slice>& slices, int64_t S, int
   require(S >= groups, LCA_ERR_UNSUPPORTED,
           "balanced: " + std::to_string(S) + " tokens cannot give each of " + std::to_string(groups) +
               " context groups a chunk");
-  if (chunks_per_group == 0) chunks_per_group = auto_chunks(slices, S, groups);
-  const int n = static_cast<int>(std::min<int64_t>(int64_t(groups) * chunks_per_group, S));
-  Balance b;
-  b.bounds = even_bounds(S, n);
-  b.area = chunk_areas(slices, b.bounds);
-  std::vector<int64_t> cells(n);
-  for (int i = 0; i < n; ++i) cells[i] = b.rows_area(i);
-  b.owner = assign_chunks(cells, groups);
-  if (by == BalanceBy::tiles) {
-    // The split by tiles, unless the split by cells already holds fewer tiles in its largest group.
-    const std::vector<int64_t> tiles = chunk_tile_weights(slices, b.bounds);
-    const std::vector<int> by_tiles = assign_chunks(tiles, groups);
-    if (largest_load(tiles, by_tiles, groups) < largest_load(tiles, b.owner, groups)) b.owner = by_tiles;
-  }
-  b.chunks.assign(groups, {});
-  for (int c = 0; c < n; ++c) b.chunks[b.owner[c]].push_back(c);
-  return b;
-}
-
-inline int64_t largest_group_cells(const std::vector<lca_slice>& slices, int64_t S, int groups, int chunks_per_group) {
-  const Balance b = make_balance(slices, S, groups, chunks_per_group);
-  int64_t most = 0;
-  for (int g = 0; g < groups; ++g) most = std::max(most, b.group_area(g));
-  return most;
+  const int chunks = chunks_per_group > 0 ? chunks_per_group : auto_chunks(slices, S, groups);
+  return split_in_chunks(slices, S, groups, chunks, by);
 }
 
 }  // namespace lca::cp

@@ -196,12 +196,14 @@ inline nlohmann::json explicit_options(const std::string& name, const EngineOpti
 }
 
 // A record's configuration (explicit_options) with balanced's "auto" chunk count replaced by the
-// count that ran on this mask of S tokens over `world` ranks (auto_chunks); other records as they are.
-inline void resolve_chunks(nlohmann::json& config, const std::vector<lca_slice>& slices, int64_t S, int world) {
+// count that ran on this mask over `world` ranks (auto_chunks); other records as they are.
+inline void resolve_chunks(nlohmann::json& config, const lca_mask& mask, int world) {
   if (!config.is_object() || !config.contains("chunks_per_rank") || config["chunks_per_rank"] != "auto") return;
   const int u = config.value("head_degree", 1);
+  const int64_t S = mask.seqlen_q;
   if (u < 1 || world % u != 0 || S < world / u) return;
-  config["chunks_per_rank"] = auto_chunks(slices, S, world / u);
+  config["chunks_per_rank"] =
+      auto_chunks(std::vector<lca_slice>(mask.slices, mask.slices + mask.num_slices), S, world / u);
 }
 
 // The configuration of the strategy `name` (a plugin name); throws for an unknown one.

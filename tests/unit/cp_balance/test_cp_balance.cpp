@@ -262,12 +262,17 @@ TEST(CpBalancedOptions, TheRecordNamesTheChunkCountThatRan) {
   const int64_t S = 32768;
   for (int64_t a = 0; a < S; a += 1024) heavy.push_back(sl(a, a + 1024, a, a + 1024, LCA_SLICE_CAUSAL));
   heavy.push_back(sl(S - 1024, S, 0, S - 1024, LCA_SLICE_FULL));
-  lca::cp::resolve_chunks(kept, heavy, S, 4);
+  lca_mask mask{};
+  mask.struct_size = sizeof(lca_mask);
+  mask.seqlen_q = mask.seqlen_k = S;
+  mask.num_slices = static_cast<int64_t>(heavy.size());
+  mask.slices = heavy.data();
+  lca::cp::resolve_chunks(kept, mask, 4);
   ASSERT_TRUE(kept["chunks_per_rank"].is_number_integer()) << kept.dump();
   EXPECT_EQ(kept["chunks_per_rank"].get<int>(), lca::cp::auto_chunks(heavy, S, 4));
   nlohmann::json fixed = lca::cp::explicit_options(
       "balanced", lca::cp::choose_strategy("balanced", nlohmann::json::parse(R"({"chunks_per_rank":5})"), 4, 4, p));
-  lca::cp::resolve_chunks(fixed, heavy, S, 4);
+  lca::cp::resolve_chunks(fixed, mask, 4);
   EXPECT_EQ(fixed["chunks_per_rank"], 5);
   EXPECT_THROW(lca::cp::choose_strategy("balanced", nlohmann::json::parse(R"({"chunks_per_rank":"many"})"), 4, 4, p),
                lca::Error);

@@ -205,6 +205,7 @@ int cmd_cp_model(const Options& opt) {
   if (opt.model_inter_GBps > 0 || opt.model_inter_us >= 0) su.machine.inter.points.clear(), su.machine.inter.fanout = {}, su.machine.inter.lone = {};
   if (opt.model_hbm_GBps > 0) su.machine.hbm_GBps = opt.model_hbm_GBps;
   su.rate.call_us = opt.model_call_us;
+  if (opt.model_message_us >= 0) su.machine.message_us = opt.model_message_us;
   if (opt.model_rates.empty() && opt.model_rate <= 0)
     throw std::runtime_error("cp-model needs the local kernel's rate: --rates FILE.jsonl (single-GPU results) or "
                              "--rate TFLOPS");
@@ -390,14 +391,14 @@ int cmd_cp_model(const Options& opt) {
                                "record whose cp.world_size >= 2)");
     const auto& in = su.machine.intra;
     std::printf("# links: intra %.1f GB/s %.0f us one peer, %s; inter %.0f GB/s %.0f us, %s; memory %.0f GB/s; "
-                "%.0f us a call\n",
+                "%.0f us a call, %.1f us a message beyond one each way a peer\n",
                 in.GBps, in.latency_us,
                 in.fanout.GBps > 0 ? (fmt("%.1f", in.fanout.GBps) + " GB/s several (probe all-to-all)" + (in.lone.GBps > 0 ? fmt(", %.1f", in.lone.GBps) + " one sender alone (one_to_all)" : std::string())).c_str()
                                    : "several peers: no all-to-all figure, the one-peer figures serve",
                 su.machine.inter.GBps, su.machine.inter.latency_us,
                 su.machine.inter.fanout.GBps > 0 ? (fmt("%.1f", su.machine.inter.fanout.GBps) + " GB/s several").c_str()
                                                  : "several peers at the one-peer figures",
-                su.machine.hbm_GBps, su.rate.call_us);
+                su.machine.hbm_GBps, su.rate.call_us, su.machine.message_us);
     auto line = [](const char* name, const Tally& t, bool chosen) {
       std::printf("# summary %-5s: %d cells, %d within 15%%, mean |error| %.1f%%, worst %.1f%%%s\n", name, t.n,
                   t.within, 100 * t.sum_abs / t.n, 100 * t.worst, chosen ? " (--kernel-time)" : "");
@@ -500,7 +501,8 @@ int cmd_cp_model(const Options& opt) {
                           {"hbm_GBps", su.machine.hbm_GBps},
                           {"sms", su.machine.sms},
                           {"kernel_time", by_tiles ? "tiles" : "area"},
-                          {"call_us", su.rate.call_us}}},
+                          {"call_us", su.rate.call_us},
+                          {"message_us", su.machine.message_us}}},
                         {"predictions", all}}
              .dump(1)
       << "\n";

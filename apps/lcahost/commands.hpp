@@ -63,7 +63,7 @@ struct Options {
   uint64_t model_seed = 42;
   std::vector<std::string> model_rates;
   std::string model_probe, model_rate_kernel = "flex_flash", model_validate, model_json;
-  double model_rate = 0, model_call_us = 0;
+  double model_rate = 0, model_call_us = 0, model_message_us = -1;
   bool model_breakdown = false;  // where the slowest rank's time goes (ideal, imbalance, tiles, exposed, memory)
   std::string model_rate_from;  // a mask whose one-GPU record times a tile where a mask has none
   std::string model_kernel_time = "tiles";  // how a local call is timed: tiles or area

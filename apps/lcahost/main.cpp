@@ -173,6 +173,10 @@ int main(int argc, char** argv) {
       ->check(lca::app::finite_number(0.0, 1e6, true));
   model->add_option("--inter-us", opt.model_inter_us, "Inter-node latency in us (default 15)")
       ->check(lca::app::finite_number(0.0, 1e6));
+  model->add_option("--message-us", opt.model_message_us,
+                    "Cost in us of each message a rank posts in a grouped call beyond one each way a peer (group-cast "
+                    "segments; default 0)")
+      ->check(lca::app::finite_number(0.0, 1e6));
   model->add_option("--memory-gbps", opt.model_hbm_GBps,
                     "GB/s of the engine's memory-bound passes (merges, fills, packing; default 2000)")
       ->check(lca::app::finite_number(0.0, 1e6, true));

@@ -76,6 +76,7 @@ double curve_ms(double GBps, double latency_us, const std::vector<std::pair<doub
 struct Traffic {
   double send[2] = {0, 0}, recv[2] = {0, 0};  // [0] intra-node, [1] inter-node
   int to[2] = {0, 0}, from[2] = {0, 0};       // peers sent to, received from
+  int extra_msgs = 0;                         // messages posted beyond one each way a peer
 };
 
 struct Sim {
@@ -115,7 +116,7 @@ struct Sim {
       const double mean = movers > 0 ? total / movers : 0.0;
       ms = std::max(ms, links[c]->ms(std::max(x.send[c], x.recv[c]), std::max(x.to[c], x.from[c]), mean));
     }
-    return ms;
+    return ms + x.extra_msgs * M.message_us * 1e-3;
   }
   // The exec stream idles until `when` (a transfer's arrival, a collective's end).
   void wait_until(int r, double when) {
@@ -417,6 +418,9 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
             peers[c].push_back(ranks[others[i]]);
             const double bytes = 2 * n * row * e;
             s.add(traffic[c], ranks[c], ranks[others[i]], sends ? bytes : 0, sends ? 0 : bytes);
+            // The fetch posts K and V a segment (fetch()); the way home one of each a peer (reduce()).
+            if (!home && !segs[i].empty()) traffic[c].extra_msgs += 2 * int(segs[i].size()) - 1;
+            else if (home) traffic[c].extra_msgs += 1;
           }
         }
       }
@@ -505,17 +509,21 @@ void groupcast_one_call(Sim& s, const AreaTable& A, const cp::Balance& B) {
     std::vector<Traffic> traffic(cp);
     for (int c = 0; c < cp; ++c) {
       const cp::CastStage& x = plans[c];
+      // Messages as the engine posts them: K and V a segment on the way out, one of each a peer home.
+      auto extra = [&](const Segments& segs) { return reverse ? 1 : std::max(0, 2 * int(segs.size()) - 1); };
       for (size_t i = 0; i < x.to.size(); ++i) {
         double n = 0;
         for (const Segment& g : x.to_segs[i]) n += g.size();
         peers[c].push_back(ranks[x.to[i]]);
         s.add(traffic[c], ranks[c], ranks[x.to[i]], reverse ? 0 : 2 * n * row * e, reverse ? 2 * n * row * e : 0);
+        traffic[c].extra_msgs += extra(x.to_segs[i]);
       }
       for (size_t i = 0; i < x.from.size(); ++i) {
         double n = 0;
         for (const Segment& g : x.from_segs[i]) n += g.size();
         peers[c].push_back(ranks[x.from[i]]);
         s.add(traffic[c], ranks[c], ranks[x.from[i]], reverse ? 2 * n * row * e : 0, reverse ? 0 : 2 * n * row * e);
+        traffic[c].extra_msgs += extra(x.from_segs[i]);
       }
     }
     s.lane_calls(ranks, peers, traffic, done);
@@ -603,6 +611,8 @@ Prediction predict(const Problem& P, const std::string& strategy, const nlohmann
   require(std::isfinite(M.inter.latency_us) && M.inter.latency_us >= 0, LCA_ERR_INVALID_ARGUMENT,
           "the inter-node latency (us) must be a finite number >= 0");
   require_finite(M.hbm_GBps, 0, "the memory bandwidth (GB/s)");
+  require(std::isfinite(M.message_us) && M.message_us >= 0, LCA_ERR_INVALID_ARGUMENT,
+          "the cost of a message (us) must be a finite number >= 0");
   require(M.sms >= 1, LCA_ERR_INVALID_ARGUMENT, "the SMs a GPU must be >= 1, got " + std::to_string(M.sms));
   require(std::isfinite(R.unit_ms) && R.unit_ms >= 0, LCA_ERR_INVALID_ARGUMENT,
           "the time of a tile unit (ms) must be a finite number >= 0");

@@ -57,6 +57,10 @@ struct Machine {
   // The engine's fp32 merges, fills, packing and accumulations are memory-bound passes; H100's
   // HBM3 does 3.35 TB/s at peak and such copy-like kernels about 2.
   double hbm_GBps = 2000.0;
+  // What a grouped call pays for each message a rank posts beyond one each way a peer (the probe's
+  // pattern): the group-cast posts a K and a V message a segment, so a finer split pays more. 0:
+  // none (the default until calibrated); cp-model --message-us sets it.
+  double message_us = 0.0;
   // Streaming multiprocessors a GPU (H100 and H200 SXM: 132): the local kernel's blocks run on them.
   int sms = 132;
 };

@@ -233,6 +233,29 @@ TEST(CpModel, MoreBandwidthIsNeverSlower) {
       }
 }
 
+// A message's own cost (Machine::message_us) falls on balanced's group-cast, which posts K and V a
+// fetched segment: it costs a finer split more, and leaves the ring strategies (one K and one V a
+// peer a step) as they were.
+TEST(CpModel, MessagesCostTheGroupCastBySegment) {
+  const int64_t S = 32768 * 4;
+  const Problem P = problem({slice(0, S, 0, S, LCA_SLICE_CAUSAL)}, S, 8, 1);
+  Machine plain, per_message;
+  per_message.message_us = 20;
+  auto comm = [&](const nlohmann::json& options, const Machine& m) {  // the ranks' time in transfers
+    double ms = 0;
+    for (const auto& r : predict(P, "balanced", options, 4, m, kRate).ranks) ms += r.comm_ms;
+    return ms;
+  };
+  auto extra = [&](const nlohmann::json& options) { return comm(options, per_message) - comm(options, plain); };
+  const double by8 = extra({{"chunks_per_rank", 8}}), by32 = extra({{"chunks_per_rank", 32}});
+  EXPECT_GT(by8, 0.0);
+  EXPECT_GT(by32, by8);
+  for (const char* ring : {"ring_p2p", "ring_allgather"})
+    EXPECT_DOUBLE_EQ(predict(P, ring, nlohmann::json::object(), 4, per_message, kRate).time_ms,
+                     predict(P, ring, nlohmann::json::object(), 4, plain, kRate).time_ms)
+        << ring;
+}
+
 lca_mask view(const std::vector<lca_slice>& slices, int64_t sq, int64_t sk) {
   return lca_mask{sizeof(lca_mask), sq, sk, static_cast<int64_t>(slices.size()), slices.data(), nullptr, 0, nullptr};
 }

@@ -181,8 +181,9 @@ inline nlohmann::json explicit_options(const std::string& name, const EngineOpti
   if (name == "usp") return {{"ulysses_degree", o.head_degree}, {"zigzag", o.zigzag}};
   if (name == "loongtrain") return {{"head_degree", o.head_degree}, {"window_size", o.window}, {"zigzag", o.zigzag}};
   if (name == "balanced") {
+    const nlohmann::json chunks = o.chunks_per_group > 0 ? nlohmann::json(o.chunks_per_group) : nlohmann::json("auto");
     nlohmann::json j = {{"head_degree", o.head_degree},
-                        {"chunks_per_rank", o.chunks_per_group > 0 ? nlohmann::json(o.chunks_per_group) : nlohmann::json("auto")},
+                        {"chunks_per_rank", chunks},
                         {"balance_by", o.balance_by == BalanceBy::tiles ? "tiles" : "cells"}};
     if (o.one_call_fwd && o.one_call_bwd) {
       j["one_call"] = true;  // every stage in one call: "stages" does not apply (and is refused with it)

@@ -248,7 +248,8 @@ TEST(CpBalance, TheChunkCountDoublesOnlyWhereItRebalances) {
   const Balance b = make_balance(heavy, S, groups, 0);
   EXPECT_EQ(b.count(), groups * picked);
   EXPECT_GE(S / b.count(), lca::cp::kMinChunkTokens);
-  const std::vector<lca_slice> short_heavy{sl(0, 1024, 0, 1024, LCA_SLICE_CAUSAL), sl(896, 1024, 0, 896, LCA_SLICE_FULL)};
+  const std::vector<lca_slice> short_heavy{sl(0, 1024, 0, 1024, LCA_SLICE_CAUSAL),
+                                           sl(896, 1024, 0, 896, LCA_SLICE_FULL)};
   EXPECT_EQ(auto_chunks(short_heavy, 1024, groups), 8);
 }
 
@@ -256,7 +257,8 @@ TEST(CpBalance, TheChunkCountDoublesOnlyWhereItRebalances) {
 TEST(CpBalancedOptions, TheRecordNamesTheChunkCountThatRan) {
   lca_problem p{};
   p.heads_q = 8, p.heads_kv = 1, p.head_dim = 128;
-  nlohmann::json kept = lca::cp::explicit_options("balanced", lca::cp::choose_strategy("balanced", nlohmann::json::object(), 4, 4, p));
+  nlohmann::json kept =
+      lca::cp::explicit_options("balanced", lca::cp::choose_strategy("balanced", nlohmann::json::object(), 4, 4, p));
   EXPECT_EQ(kept["chunks_per_rank"], "auto");
   std::vector<lca_slice> heavy;
   const int64_t S = 32768;

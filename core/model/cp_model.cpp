@@ -79,6 +79,12 @@ struct Traffic {
   int extra_msgs = 0;                         // messages posted beyond one each way a peer
 };
 
+// Messages beyond one each way a peer that the group-cast posts to or from a peer for `segs`:
+// K and V a segment on the way out (context_stage.hpp, fetch()), one of each a peer home (reduce()).
+int extra_messages(const Segments& segs, bool home) {
+  return home ? 1 : std::max(0, 2 * int(segs.size()) - 1);
+}
+
 struct Sim {
   const Problem& P;
   const Machine& M;
@@ -418,9 +424,7 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
             peers[c].push_back(ranks[others[i]]);
             const double bytes = 2 * n * row * e;
             s.add(traffic[c], ranks[c], ranks[others[i]], sends ? bytes : 0, sends ? 0 : bytes);
-            // The fetch posts K and V a segment (fetch()); the way home one of each a peer (reduce()).
-            if (!home && !segs[i].empty()) traffic[c].extra_msgs += 2 * int(segs[i].size()) - 1;
-            else if (home) traffic[c].extra_msgs += 1;
+            traffic[c].extra_msgs += extra_messages(segs[i], home);
           }
         }
       }
@@ -509,21 +513,19 @@ void groupcast_one_call(Sim& s, const AreaTable& A, const cp::Balance& B) {
     std::vector<Traffic> traffic(cp);
     for (int c = 0; c < cp; ++c) {
       const cp::CastStage& x = plans[c];
-      // Messages as the engine posts them: K and V a segment on the way out, one of each a peer home.
-      auto extra = [&](const Segments& segs) { return reverse ? 1 : std::max(0, 2 * int(segs.size()) - 1); };
       for (size_t i = 0; i < x.to.size(); ++i) {
         double n = 0;
         for (const Segment& g : x.to_segs[i]) n += g.size();
         peers[c].push_back(ranks[x.to[i]]);
         s.add(traffic[c], ranks[c], ranks[x.to[i]], reverse ? 0 : 2 * n * row * e, reverse ? 2 * n * row * e : 0);
-        traffic[c].extra_msgs += extra(x.to_segs[i]);
+        traffic[c].extra_msgs += extra_messages(x.to_segs[i], reverse);
       }
       for (size_t i = 0; i < x.from.size(); ++i) {
         double n = 0;
         for (const Segment& g : x.from_segs[i]) n += g.size();
         peers[c].push_back(ranks[x.from[i]]);
         s.add(traffic[c], ranks[c], ranks[x.from[i]], reverse ? 2 * n * row * e : 0, reverse ? 0 : 2 * n * row * e);
-        traffic[c].extra_msgs += extra(x.from_segs[i]);
+        traffic[c].extra_msgs += extra_messages(x.from_segs[i], reverse);
       }
     }
     s.lane_calls(ranks, peers, traffic, done);

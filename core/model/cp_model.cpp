@@ -80,9 +80,10 @@ struct Traffic {
 };
 
 // Messages beyond one each way a peer that the group-cast posts to or from a peer for `segs`:
-// K and V a segment on the way out (context_stage.hpp, fetch()), one of each a peer home (reduce()).
+// K and V a message run on the way out (context_stage.hpp, fetch(); cast_plan.hpp, message_runs()),
+// one of each a peer home (reduce()).
 int extra_messages(const Segments& segs, bool home) {
-  return home ? 1 : std::max(0, 2 * int(segs.size()) - 1);
+  return home ? 1 : std::max(0, 2 * int(cp::message_runs(segs).size()) - 1);
 }
 
 struct Sim {

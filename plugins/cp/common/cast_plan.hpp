@@ -24,6 +24,24 @@ struct CastStage {
   int64_t served = 0;                     // rows served (their gradients come back)
 };
 
+// One message of a fetch: `rows` rows from `offset` in the owner's buffer. Segments listed one after
+// the other that also lie back to back in the owner's buffer travel as one message; the fetcher
+// stores a peer's segments back to back in list order, so one receive takes the same run. Both
+// sides derive the runs from the same segment list (plan_cast), so sends and receives pair up.
+struct MessageRun {
+  int64_t offset = 0, rows = 0;
+};
+
+inline std::vector<MessageRun> message_runs(const Segments& segs) {
+  std::vector<MessageRun> runs;
+  for (const Segment& g : segs) {
+    if (g.size() <= 0) continue;
+    if (!runs.empty() && runs.back().offset + runs.back().rows == g.offset) runs.back().rows += g.size();
+    else runs.push_back({g.offset, g.size()});
+  }
+  return runs;
+}
+
 // The stages of context group `me` (default: the layout's own): group r fetches a segment of
 // group g when r's rows touch that segment's chunk (balance.touches).
 inline std::vector<CastStage> plan_cast(const Layout& L, const Balance& b, int remote_stages, int me = -1) {

@@ -465,7 +465,7 @@ struct ContextStage {
   }
 
   // Stage s's KV moves on the lane: this group's segments out to those that take them, the
-  // fetched ones into kb/vb in from_segs order. Marks kBlocks.
+  // fetched ones into kb/vb in from_segs order, K and V a message run (message_runs). Marks kBlocks.
   // first_row: where in kb/vb the first fetched row lands.
   void fetch(const Ctx& c, const CastStage& st, const void* k, const void* v, void* kb, void* vb,
              int64_t first_row = 0) const {
@@ -473,16 +473,16 @@ struct ContextStage {
     void* side = c.lane.stream();
     c.comm.group_start();
     for (size_t i = 0; i < st.to.size(); ++i)
-      for (const Segment& g : st.to_segs[i]) {
-        c.comm.send(advance(k, c.dtype, g.offset * row), g.size() * row, c.dtype, st.to[i], side);
-        c.comm.send(advance(v, c.dtype, g.offset * row), g.size() * row, c.dtype, st.to[i], side);
+      for (const MessageRun& m : message_runs(st.to_segs[i])) {
+        c.comm.send(advance(k, c.dtype, m.offset * row), m.rows * row, c.dtype, st.to[i], side);
+        c.comm.send(advance(v, c.dtype, m.offset * row), m.rows * row, c.dtype, st.to[i], side);
       }
     int64_t at = first_row;
     for (size_t i = 0; i < st.from.size(); ++i)
-      for (const Segment& g : st.from_segs[i]) {
-        c.comm.recv(advance(kb, c.dtype, at * row), g.size() * row, c.dtype, st.from[i], side);
-        c.comm.recv(advance(vb, c.dtype, at * row), g.size() * row, c.dtype, st.from[i], side);
-        at += g.size();
+      for (const MessageRun& m : message_runs(st.from_segs[i])) {
+        c.comm.recv(advance(kb, c.dtype, at * row), m.rows * row, c.dtype, st.from[i], side);
+        c.comm.recv(advance(vb, c.dtype, at * row), m.rows * row, c.dtype, st.from[i], side);
+        at += m.rows;
       }
     c.comm.group_end();
     c.lane.mark(kBlocks);

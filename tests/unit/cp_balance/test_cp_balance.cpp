@@ -1,7 +1,9 @@
 // balance.hpp: the areas it counts are the mask's cells, every group holds as many chunks, and
 // the largest group's area beats the contiguous and zigzag splits on masks where work is uneven.
 // options.hpp: balanced's default backward, and the explicit options a CP record keeps.
+// cast_plan.hpp: the group-cast's messages pair up and merge segments that lie back to back.
 #include "balance.hpp"
+#include "cast_plan.hpp"
 #include "options.hpp"
 
 #include <lca/types.hpp>
@@ -251,6 +253,71 @@ TEST(CpBalance, TheChunkCountDoublesOnlyWhereItRebalances) {
   const std::vector<lca_slice> short_heavy{sl(0, 1024, 0, 1024, LCA_SLICE_CAUSAL),
                                            sl(896, 1024, 0, 896, LCA_SLICE_FULL)};
   EXPECT_EQ(auto_chunks(short_heavy, 1024, groups), 8);
+}
+
+TEST(CpCastPlan, BackToBackSegmentsTravelAsOneMessage) {
+  using lca::cp::message_runs;
+  using lca::cp::Segments;
+  const Segments segs{{0, 10, 0}, {30, 40, 10}, {50, 60, 30}, {70, 70, 40}, {90, 95, 40}};
+  const auto runs = message_runs(segs);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].offset, 0);
+  EXPECT_EQ(runs[0].rows, 20);
+  EXPECT_EQ(runs[1].offset, 30);
+  EXPECT_EQ(runs[1].rows, 15);  // the empty segment neither splits nor adds
+  EXPECT_TRUE(message_runs({}).empty());
+}
+
+// What group g sends to group r in a stage is what r receives from g, message by message, and the
+// messages carry every fetched row once; on causal masks the fetched chunks of a peer lie back to
+// back in its buffer, so most of them travel together.
+TEST(CpCastPlan, SendsAndReceivesPairUpMessageByMessage) {
+  using lca::cp::message_runs;
+  const int64_t S = 8192;
+  for (const auto& [mask, head_degree] :
+       {std::pair{causal_documents(S, 200, 3000, 5), 1}, std::pair{causal_documents(S, 200, 3000, 9), 2},
+        std::pair{std::vector<lca_slice>{sl(0, S, 0, S, LCA_SLICE_CAUSAL)}, 1}}) {
+    const int world = 8, groups = world / head_degree;
+    const Balance b = make_balance(mask, S, groups, 8);
+    lca::cp::GroupRuns runs;
+    for (const auto& chunks : b.chunks) {
+      runs.emplace_back();
+      for (int c : chunks) runs.back().push_back({b.bounds[c], b.bounds[c + 1]});
+    }
+    lca_problem p{};
+    p.seqlen_q = p.seqlen_k = S;
+    p.heads_q = 8;
+    p.heads_kv = 2;
+    const lca::cp::Layout L = lca::cp::make_layout(world, 0, head_degree, false, p, &runs);
+    size_t segments = 0, messages = 0;
+    for (int me = 0; me < groups; ++me) {
+      const auto cast = lca::cp::plan_cast(L, b, 2, me);
+      for (size_t s = 1; s < cast.size(); ++s)
+        for (size_t i = 0; i < cast[s].from.size(); ++i) {
+          const int g = cast[s].from[i];
+          const auto theirs = lca::cp::plan_cast(L, b, 2, g);
+          const auto& st = theirs[s];
+          const auto at = std::find(st.to.begin(), st.to.end(), me);
+          ASSERT_NE(at, st.to.end()) << "group " << g << " does not serve " << me << " in stage " << s;
+          const auto sent = message_runs(st.to_segs[at - st.to.begin()]);
+          const auto got = message_runs(cast[s].from_segs[i]);
+          ASSERT_EQ(sent.size(), got.size());
+          int64_t rows = 0, seg_rows = 0;
+          for (size_t m = 0; m < sent.size(); ++m) {
+            EXPECT_EQ(sent[m].offset, got[m].offset);
+            EXPECT_EQ(sent[m].rows, got[m].rows);
+            rows += got[m].rows;
+          }
+          for (const auto& x : cast[s].from_segs[i]) seg_rows += x.size();
+          EXPECT_EQ(rows, seg_rows);
+          segments += cast[s].from_segs[i].size();
+          messages += got.size();
+        }
+    }
+    EXPECT_GT(segments, 0u);
+    EXPECT_LE(messages, segments);
+    if (mask.size() == 1) EXPECT_LT(2 * messages, segments) << "causal: a peer's fetched chunks are a prefix";
+  }
 }
 
 // The record says the chunk count that ran: "auto" resolved on the mask, an explicit count kept.

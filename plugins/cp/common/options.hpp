@@ -152,13 +152,15 @@ inline EngineOptions choose_balanced(const nlohmann::json& j, int W, int local_s
   o.remote_stages = int_option(j, "stages", 1);
   require(o.remote_stages >= 1, LCA_ERR_INVALID_ARGUMENT,
           "balanced: stages must be >= 1, got " + std::to_string(o.remote_stages));
-  // The backward computes in one call where every rank is on one node: over NVLink the fetch it
-  // no longer overlaps is short, and one grid keeps the SMs busy where a call a stage leaves them
-  // idle (measured on 2 H200s: up to 1.22x on document backwards, 2.2x on short-document
-  // shared_question at 8:1, no loss beyond 3%). Across nodes the fetch crosses the network and the
-  // staged backward's overlap wins (the scaling model: 0.75 against 0.66 on
-  // causal_document:prolong64k at 16 GPUs); so does asking for "stages". docs/cp.md.
-  o.one_call_bwd = !j.contains("stages") && W <= local_size;
+  // Both passes compute in one call where every rank is on one node: over NVLink the fetch they
+  // no longer overlap is short, and one grid keeps the SMs busy where a call a stage leaves them
+  // idle. Measured on H200s: the backward up to 1.22x on document backwards, 2.2x on short-document
+  // shared_question at 8:1, no loss beyond 3% (2 GPUs); the forward 0.94-1.80x, geomean 1.04 on
+  // cp-balance and 1.15 on other seeds and lengths (4 GPUs; the losses, to 0.94, on
+  // causal_blockwise). Across nodes the fetch crosses the network and the staged passes' overlap
+  // wins (the scaling model: 0.75 against 0.66 on causal_document:prolong64k's backward at 16
+  // GPUs); so does asking for "stages". docs/cp.md.
+  o.one_call_bwd = o.one_call_fwd = !j.contains("stages") && W <= local_size;
   if (j.contains("one_call")) {
     const auto& v = j["one_call"];
     require(v.is_boolean() || (v.is_string() && (v == "fwd" || v == "bwd")), LCA_ERR_INVALID_ARGUMENT,

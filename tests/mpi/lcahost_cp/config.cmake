@@ -1,5 +1,5 @@
 # lcahost_cp_np2_config (CMakeLists.txt): every CP cell records the configuration that ran, every
-# default explicit (cp_config): balanced's backward in one call on one node's ranks by default and
+# default explicit (cp_config): balanced's passes in one call on one node's ranks by default and
 # staged when stages is given; usp's Ulysses degree.
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 foreach(run default staged)
@@ -24,7 +24,7 @@ foreach(run default staged)
       math(EXPR balanced "${balanced} + 1")
       string(JSON one_call GET "${config}" one_call)
       if(run STREQUAL "default")
-        set(want bwd)
+        set(want ON)
       else()
         set(want OFF)
       endif()

@@ -349,10 +349,10 @@ TEST(CpBalancedOptions, TheRecordNamesTheChunkCountThatRan) {
 
 }  // namespace
 
-// balanced's default backward: one kernel call where every rank shares a node (the fetch goes
-// over NVLink), the staged, overlapped one across nodes or where "stages" is asked for; the
-// forward stays staged unless asked. Explicit one_call wins either way.
-TEST(CpBalancedOptions, OneCallBackwardByDefaultOnlyWithinANode) {
+// balanced's default passes: one kernel call where every rank shares a node (the fetch goes
+// over NVLink), the staged, overlapped ones across nodes or where "stages" is asked for.
+// Explicit one_call wins either way.
+TEST(CpBalancedOptions, OneCallByDefaultOnlyWithinANode) {
   lca_problem p{};
   p.heads_q = 64, p.heads_kv = 8, p.head_dim = 128;
   auto choose = [&](const char* text, int world, int local) {
@@ -360,11 +360,14 @@ TEST(CpBalancedOptions, OneCallBackwardByDefaultOnlyWithinANode) {
   };
   const auto one_node = choose("{}", 4, 4);
   EXPECT_TRUE(one_node.one_call_bwd);
-  EXPECT_FALSE(one_node.one_call_fwd);
+  EXPECT_TRUE(one_node.one_call_fwd);
   EXPECT_TRUE(choose("{}", 8, 8).one_call_bwd);
+  EXPECT_TRUE(choose("{}", 8, 8).one_call_fwd);
   EXPECT_FALSE(choose("{}", 16, 8).one_call_bwd);    // two nodes
+  EXPECT_FALSE(choose("{}", 16, 8).one_call_fwd);
   EXPECT_FALSE(choose("{}", 96, 8).one_call_bwd);
   EXPECT_FALSE(choose(R"({"stages":2})", 4, 4).one_call_bwd);
+  EXPECT_FALSE(choose(R"({"stages":2})", 4, 4).one_call_fwd);
   EXPECT_FALSE(choose(R"({"stages":1})", 4, 4).one_call_bwd);
   EXPECT_FALSE(choose(R"({"one_call":false})", 4, 4).one_call_bwd);
   EXPECT_FALSE(choose(R"({"one_call":"fwd"})", 4, 4).one_call_bwd);
@@ -418,11 +421,11 @@ TEST(CpStrategyOptions, ExplicitOptionsGiveTheSameConfigurationBack) {
           ++checked;
         }
   EXPECT_GT(checked, 100);
-  // balanced's default backward is named: one call within a node, staged across nodes.
+  // balanced's default passes are named: one call within a node, staged across nodes.
   lca_problem p{};
   p.heads_q = 64, p.heads_kv = 8, p.head_dim = 128;
   EXPECT_EQ(explicit_options("balanced", choose_strategy("balanced", nlohmann::json::object(), 4, 4, p))["one_call"],
-            "bwd");
+            true);
   EXPECT_EQ(explicit_options("balanced", choose_strategy("balanced", nlohmann::json::object(), 16, 8, p))["one_call"],
             false);
   EXPECT_TRUE(explicit_options("someone_elses", EngineOptions{}).is_null());

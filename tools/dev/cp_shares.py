@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Per-GPU share of one GPU for CP runs: each strategy's per-GPU TFLOP/s at N GPUs over flex_flash's
 TFLOP/s on one GPU for the whole problem (same mask, heads, pass). Usage:
-    tools/dev/cp_shares.py ONE_GPU.jsonl CP.jsonl [--before OLD_CP.jsonl] [--summary]
+    tools/dev/cp_shares.py ONE_GPU.jsonl CP.jsonl [--balanced-from B.jsonl] [--before OLD_CP.jsonl] [--summary]
 ONE_GPU.jsonl is `lcahost --matrix cp-balance --seqlens TOTAL`; CP.jsonl is the same matrix under
 mpirun. --before adds balanced's share from an earlier CP run of the same matrix (e.g. other
-defaults) and the ratio; --summary prints counts against the CP targets (0.95 full/causal, 0.90
+defaults) and the ratio; --balanced-from takes balanced's cells from another run of the same
+matrix and call (e.g. balanced alone under other options) in place of CP.jsonl's, cell by cell; --summary prints counts against the CP targets (0.95 full/causal, 0.90
 document masks, balanced >= 1.10x usp on causal_document at 8:1) after the table."""
 import argparse
 import json
@@ -28,10 +29,13 @@ def main():
     ap.add_argument("one_gpu")
     ap.add_argument("cp")
     ap.add_argument("--before")
+    ap.add_argument("--balanced-from")
     ap.add_argument("--summary", action="store_true")
     a = ap.parse_args()
     one = {(m, h, p): t for (s, m, h, p), t in cells(a.one_gpu).items()}
     cp = cells(a.cp)
+    if a.balanced_from:  # where it has a cell; CP.jsonl's elsewhere
+        cp.update({k: v for k, v in cells(a.balanced_from).items() if k[0] == "balanced"})
     before = cells(a.before) if a.before else {}
     strategies = [s for s in ORDER if any(k[0] == s for k in cp)]
     head = ["mask", "heads", "pass", "one GPU"] + strategies + ["best other", "balanced/usp"]

@@ -246,9 +246,18 @@ int cmd_cp_model(const Options& opt) {
   const bool by_tiles = opt.model_kernel_time == "tiles" && opt.model_rate <= 0;
   // The local kernel's rate, and (by_tiles) the time of a tile unit: the one-GPU record's time over
   // the tile units of its own mask at its own length.
+  // Whether the kernel that gave a one-GPU record grouped the forward's heads (its plan_info names
+  // heads_together; flex_flash before that ran them heads outer).
+  auto grouped_heads = [](const nlohmann::json& r) {
+    const auto pi = r.find("plan_info");
+    if (pi == r.end() || !pi->is_object()) return true;
+    const auto fwd = pi->find("forward");
+    return fwd == pi->end() || !fwd->is_object() || fwd->contains("heads_together");
+  };
   auto rate_for = [&](const core::MaskSpec& spec, const core::model::Problem& P, const std::string& dtype,
                       int64_t* at, core::model::KernelRate& rate) {
     rate.unit_ms = 0;
+    rate.heads_together = true;
     if (opt.model_rate > 0) {
       rate.tflops = opt.model_rate;
       return;
@@ -272,10 +281,13 @@ int cmd_cp_model(const Options& opt) {
         one.slices = slices_of(from, *at, r.value("run_seed", uint64_t(42)));
         const double from_tflops = r["tflops"].get<double>();
         const int sms = r.value("run_sms", 0) > 0 ? r.value("run_sms", 0) : su.machine.sms;
-        rate.unit_ms = core::model::calibrate_tiles(one, core::model::mask_flops(one) / (from_tflops * 1e12) * 1e3, sms);
+        rate.heads_together = grouped_heads(r);
+        rate.unit_ms = core::model::calibrate_tiles(one, core::model::mask_flops(one) / (from_tflops * 1e12) * 1e3, sms,
+                                                    rate.heads_together);
         const lca_mask whole{sizeof(lca_mask), P.seqlen, P.seqlen, static_cast<int64_t>(P.slices.size()),
                              P.slices.data(), nullptr, 0, nullptr};
-        const double units = core::model::tile_units(whole, P.backward, P.heads_q, P.heads_kv, sms);
+        const double units =
+            core::model::tile_units(whole, P.backward, P.heads_q, P.heads_kv, sms, rate.heads_together);
         if (units <= 0 || rate.unit_ms <= 0)
           throw std::runtime_error("--rate-from " + opt.model_rate_from + ": no tile to time the mask by");
         rate.tflops = core::model::mask_flops(P) / (units * rate.unit_ms * 1e-3) / 1e12;
@@ -291,7 +303,8 @@ int cmd_cp_model(const Options& opt) {
     one.slices = slices_of(spec, *at, r.value("run_seed", uint64_t(42)));
     const double ms = core::model::mask_flops(one) / (rate.tflops * 1e12) * 1e3;
     const int sms = r.value("run_sms", 0);
-    rate.unit_ms = core::model::calibrate_tiles(one, ms, sms > 0 ? sms : su.machine.sms);
+    rate.heads_together = grouped_heads(r);
+    rate.unit_ms = core::model::calibrate_tiles(one, ms, sms > 0 ? sms : su.machine.sms, rate.heads_together);
   };
 
   if (!opt.model_validate.empty()) {

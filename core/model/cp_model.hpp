@@ -71,6 +71,9 @@ struct KernelRate {
   // > 0: a call takes its tiles' simulated time (kernel_tiles.hpp: tile_units) x unit_ms, the
   // time of a unit in this pass measured on one GPU (calibrate_tiles); else its FLOPs / tflops.
   double unit_ms = 0;
+  // The forward's heads in the groups the kernel's plan picks (tile_units); false where the kernel
+  // that gave the rates ran them heads outer (its records name no heads_together).
+  bool heads_together = true;
 };
 
 struct Problem {
@@ -134,6 +137,6 @@ double mask_flops(const Problem& problem);
 
 // The time of a tile unit (KernelRate::unit_ms) from a one-GPU measurement of the whole problem:
 // `measured_ms` / the problem's simulated tile units on `sms` SMs. 0 where the mask has no cells.
-double calibrate_tiles(const Problem& one_gpu, double measured_ms, int sms);
+double calibrate_tiles(const Problem& one_gpu, double measured_ms, int sms, bool heads_together = true);
 
 }  // namespace lca::core::model

@@ -21,13 +21,17 @@ TileCount count_tiles(const lca_mask& mask, bool backward) {
   return c;
 }
 
-double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots) {
+double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots, bool heads_together) {
   if (mask.num_slices == 0 || mask.seqlen_q == 0 || mask.seqlen_k == 0) return 0.0;
-  const ff::TileSchedule s = ff::build_schedule(mask, /*by_query=*/!backward, kModelTileRows);
+  ff::TileSchedule s = ff::build_schedule(mask, /*by_query=*/!backward, kModelTileRows);
   if (s.full_tiles + s.partial_tiles == 0) return 0.0;
-  // The forward's blocks heads outer (heads_together 1), as the kernel ran in the CP runs that
-  // calibrate and validate the model; plan()'s heads together (forward_heads_together) is not modelled.
-  if (!backward) return double(ff::simulated_forward_makespan(s, heads_q, slots));
+  // The forward's blocks in the order plan() gives them: the heads in the groups its own simulated
+  // dispatch picks (forward_heads_together), so that a call whose long row tiles would end the grid
+  // alone heads outer starts them early, as the kernel does.
+  if (!backward) {
+    s.heads_together = heads_together ? ff::forward_heads_together(s, heads_q, slots) : 1;
+    return double(ff::simulated_forward_makespan(s, heads_q, slots));
+  }
   // The backward's blocks as its plan makes them (key tiles paired on causal-like masks, long walks
   // split), one grid over the kv heads.
   const int32_t group = heads_q / heads_kv;

@@ -26,7 +26,9 @@ TileCount count_tiles(const lca_mask& mask, bool backward);
 
 // The kernel's simulated makespan on `slots` SMs (flex_flash's dispatch simulations: a block a
 // row tile and head, each costing its tiles plus the block's fixed cost), in that pass's units.
-// 0 for a mask with no cells.
-double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots);
+// heads_together: the forward's heads go out in the groups plan() picks (forward_heads_together);
+// false: heads outer, as flex_flash ran before it grouped them. 0 for a mask with no cells.
+double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots,
+                  bool heads_together = true);
 
 }  // namespace lca::core::model

@@ -323,6 +323,25 @@ TEST(KernelTiles, ChunksThatCutADocument) {
   EXPECT_LT(double(area) / c.tiles, double(whole) / 4);  // fewer cells a tile than whole
 }
 
+TEST(KernelTiles, TheForwardsHeadsGoOutAsThePlanGroupsThem) {
+  // Short causal documents and a last one that sees every earlier token (causal_blockwise's shape)
+  // at 8 heads on 132 SMs: heads outer, the last heads' long row tiles start late and end the grid
+  // alone; grouped as plan() groups them (forward_heads_together) they start early. The backward
+  // does not group its heads that way: the same either way.
+  const int64_t S = 32768, last = 2048;
+  std::vector<lca_slice> m;
+  for (int64_t a = 0; a < S - last; a += 1024) m.push_back(slice(a, a + 1024, a, a + 1024, LCA_SLICE_CAUSAL));
+  m.push_back(slice(S - last, S, 0, S - last, LCA_SLICE_FULL));
+  m.push_back(slice(S - last, S, S - last, S, LCA_SLICE_CAUSAL));
+  const auto v = view(m, S, S);
+  const double outer = lca::core::model::tile_units(v, false, 8, 1, 132, false);
+  const double grouped = lca::core::model::tile_units(v, false, 8, 1, 132, true);
+  EXPECT_LT(grouped, 0.95 * outer);
+  EXPECT_EQ(lca::core::model::tile_units(v, true, 8, 1, 132, false), lca::core::model::tile_units(v, true, 8, 1, 132, true));
+  // One head: nothing to group.
+  EXPECT_EQ(lca::core::model::tile_units(v, false, 1, 1, 132, false), lca::core::model::tile_units(v, false, 1, 1, 132, true));
+}
+
 TEST(CpModel, TilesCalibratedOnTheWholeMaskGiveItsTimeOnOneRank) {
   // One rank computes the whole mask in one call: by tiles, exactly the calibration's time.
   const int64_t S = 16384;

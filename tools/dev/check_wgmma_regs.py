@@ -3,9 +3,10 @@
 ptxas 13.0, the registers that hold Q (the register A operand of the S = Q K^T HGMMAs) being
 overwritten by something else before the tile loop's next iteration reads them; (2) a register A
 operand (P in O += P V) written while its HGMMA may still be reading it; (3) in the overlapped
-forwards at head dim 128, the softmax's exponentials placed above the wait for the P V of the step
-before (ptxas 13.0 hoists that wait to the top of its basic block unless sm90::wait_below ends
-the block: the softmax then waits for the P V instead of running beside it).
+forwards at head dim 128 (and at 64 with fwd_sum's mma_beside), the softmax's exponentials placed
+above the wait for the P V of the step before (ptxas 13.0 hoists that wait to the top of its basic
+block unless sm90::wait_below ends the block: the softmax then waits for the P V instead of running
+beside it).
 Usage: check_wgmma_regs.py FILE.sass (cuobjdump -sass of an object). For (1) it runs the code up to
 the loop's back edge, then the loop body once more, remembering which instruction last wrote each
 register; at every S HGMMA the last writer of its A registers must be an LDSM (the load of Q).
@@ -36,8 +37,10 @@ def check_softmax_beside_pv(name, lines):
     # forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys, ...>: D = 128 and kOverlap. Each wait
     # for the S (gsb0, 0x1; the P V still in flight) must be followed by the softmax's MUFU.EX2s
     # (one a score, 32 or 64 a thread) before the wait for the P V (gsb0, 0x0).
+    # Also at head dim 64 where kSum (the last template argument) is 2: fwd_sum's mma_beside.
     m = re.search(r"forward_sm90_kernelI\w+?Li(\d+)ELb(\d)ELb\d", name)
-    if not m or m.group(1) != "128" or m.group(2) != "1":
+    beside64 = re.search(r"ELi\d+ELi2EEEvN", name) is not None  # ... kConsumers, kSum = 2>
+    if not m or m.group(2) != "1" or (m.group(1) != "128" and not beside64):
         return []
     errors, open_at, exps = [], None, 0
     for addr, ins in lines:
@@ -57,7 +60,9 @@ def check(name, lines):
     s_hgmma = {}
     for i, (_, ins) in enumerate(lines):
         h = re.match(PRED + r"HGMMA\.\S+\s+R\d+,\s*R(\d+),\s*gdesc", ins)
-        if h and ".tnspB" not in ins:
+        # S = Q K^T: K-major B (no .tnspB), N = 64 or 128 keys; the m64n8 HGMMAs of fwd_sum's row
+        # sums read P, as the P V ones do.
+        if h and ".tnspB" not in ins and "HGMMA.64x8x" not in ins:
             s_hgmma[i] = list(range(int(h.group(1)), int(h.group(1)) + 4))
     errors = []
     if s_hgmma:

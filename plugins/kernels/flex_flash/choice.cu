@@ -82,6 +82,10 @@ DqFirst backward_dq_first(const Options& o, const TileSchedule& s, const std::ve
 
 const char* launched_forward_kernel(const FwdParams& p, int32_t head_dim) { return dev::forward_kernel_name(p, head_dim); }
 
+const char* launched_forward_row_sums(const FwdParams& p, int32_t head_dim) {
+  return dev::forward_row_sums_name(p, head_dim);
+}
+
 const char* launched_backward_kernel(const BwdParams& p) { return dev::backward_kernel_name(p); }
 
 bool launched_dq_first_writers(const BwdParams& p) { return dev::backward_dq_first_runs(p); }

@@ -194,6 +194,8 @@ struct WgmmaSS;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
 // The accumulator operands of an m64nNk16 wgmma, N / 2 fp32 registers a thread: their place
 // list in the instruction and their read-write constraints (d is the accumulator array).
+#define LCA_FLEX_WGMMA_D4_REGS "{%0,%1,%2,%3}"
+#define LCA_FLEX_WGMMA_D4_OUT "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 #define LCA_FLEX_WGMMA_D32_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
 #define LCA_FLEX_WGMMA_D64_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
 #define LCA_FLEX_WGMMA_D32_OUT \
@@ -239,6 +241,9 @@ struct WgmmaSS;
     }                                                                                              \
   };
 
+// m64n8: the forward's row sums, P times a column block of ones (fwd_sum).
+LCA_FLEX_WGMMA_RS(__nv_bfloat16, "bf16", 8, 4, "%4,%5,%6,%7", "%8", "%9", "%10")
+LCA_FLEX_WGMMA_RS(__half, "f16", 8, 4, "%4,%5,%6,%7", "%8", "%9", "%10")
 LCA_FLEX_WGMMA_RS(__nv_bfloat16, "bf16", 64, 32, "%32,%33,%34,%35", "%36", "%37", "%38")
 LCA_FLEX_WGMMA_RS(__half, "f16", 64, 32, "%32,%33,%34,%35", "%36", "%37", "%38")
 LCA_FLEX_WGMMA_RS(__nv_bfloat16, "bf16", 128, 64, "%64,%65,%66,%67", "%68", "%69", "%70")
@@ -249,6 +254,8 @@ LCA_FLEX_WGMMA_SS(__nv_bfloat16, "bf16", 128, 64, "%64", "%65", "%66", "%67", "%
 LCA_FLEX_WGMMA_SS(__half, "f16", 128, 64, "%64", "%65", "%66", "%67", "%68")
 #undef LCA_FLEX_WGMMA_RS
 #undef LCA_FLEX_WGMMA_SS
+#undef LCA_FLEX_WGMMA_D4_REGS
+#undef LCA_FLEX_WGMMA_D4_OUT
 #undef LCA_FLEX_WGMMA_D32_REGS
 #undef LCA_FLEX_WGMMA_D64_REGS
 #undef LCA_FLEX_WGMMA_D32_OUT

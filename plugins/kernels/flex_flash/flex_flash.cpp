@@ -102,6 +102,7 @@ class FlexPlan final : public lca::IPlan {
     f.sched = fwd.view();
     f.group = group;
     f.forward = options.forward;
+    f.sum = options.fwd_sum;
     BwdParams b{};
     b.sched = bwd.view();
     b.group = group;
@@ -112,6 +113,7 @@ class FlexPlan final : public lca::IPlan {
     auto rounded = [](float x) { return std::round(double{x} * 1000.0) / 1000.0; };
     nlohmann::json j;
     j["forward"] = {{"kernel", launched_forward_kernel(f, problem.head_dim)},
+                    {"row_sums", launched_forward_row_sums(f, problem.head_dim)},
                     {"tile_rows", fwd.tile_rows},
                     {"row_tiles", fwd.row_tiles},
                     {"busy_row_tiles", fwd.busy_tiles},
@@ -291,6 +293,7 @@ class FlexFlash final : public lca::IKernel {
     p.scale_log2 = pr.softmax_scale * 1.4426950408889634f;
     p.sched = plan.fwd.view();
     p.forward = plan.options.forward;
+    p.sum = plan.options.fwd_sum;
     launch_forward(pr.dtype, pr.head_dim, p, exec.stream);
   }
 

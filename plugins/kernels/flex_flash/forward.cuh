@@ -216,6 +216,18 @@ inline const char* forward_kernel_name(const FwdParams& p, int head_dim) {
                                                p.sched.max_tiles, p.group, head_dim));
 }
 
+// How the forward run_forward launches makes its row sums (the "fwd_sum" option's values).
+inline const char* forward_row_sums_name(const FwdParams& p, int head_dim) {
+  if (!forward_on_sm90(p)) return "fadd";
+  const Sm90FwdKernel k = sm90_forward_kernel(p.forward, p.sched.tile_rows, p.sched.idle_share, p.sched.mean_tiles,
+                                              p.sched.max_tiles, p.group, head_dim);
+  switch (sm90_forward_sum(p.sum, k, head_dim)) {
+    case 1: return "mma";
+    case 2: return "mma_beside";
+    default: return "fadd";
+  }
+}
+
 template <class T, int D>
 void run_forward(const FwdParams& p, cudaStream_t stream) {
   static_assert(Sm90Layout<T, D>::kRows == kFwdRows);

@@ -152,8 +152,13 @@ struct RingSlot {
 // its keys are loaded again from the step's previous tile and masked out entirely.
 constexpr int32_t kAbsentTile = -2;
 
+// kSum (the "fwd_sum" option, options.hpp): how the softmax's row sums are made. 0: by FADD in the
+// softmax (two a key pair of a thread's rows). 1: by the tensor cores, P times a block of ones
+// (an m64n8 wgmma a k-step beside P V, into osum), which leaves the softmax 64 fewer FP32
+// instructions a thread a 128-key step, and gives each thread its rows' whole sums (no shuffles in
+// the finish). 2: that, with the softmax beside the P V at head dim 64 too (kSoftmaxBesidePv).
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, bool kPersistent = false,
-          bool kPair = false, int kConsumers = 2>
+          bool kPair = false, int kConsumers = 2, int kSum = 0>
 __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
     forward_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -183,7 +188,8 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
   // gained 2-4% (full, causal, documents at 16K-64K; the windows' persistent kernel ±1%); at 64,
   // where the S and the P V are half as long and the two consumers' softmaxes and GEMMs already
   // take turns, it lost 1-2% (commit 4bf0f72).
-  constexpr bool kSoftmaxBesidePv = D == 128;
+  constexpr bool kSumMma = kSum > 0;
+  constexpr bool kSoftmaxBesidePv = D == 128 || kSum == 2;
   using M = Mma<T>;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -201,6 +207,9 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
   auto pk_empty = [&](int s) { return bar_q + 8u * (4 + L::kKStages + s); };
   auto pv_full = [&](int s) { return bar_q + 8u * (4 + 2 * L::kKStages + s); };
   auto pv_empty = [&](int s) { return bar_q + 8u * (4 + 2 * L::kKStages + L::kVStages + s); };
+  // The block of ones of kSumMma's row sums: one 1024-byte swizzle atom after the layout's
+  // bytes (forward_smem_bytes), eight K-major rows of 64 ones; every k-step reads it whole.
+  const uint32_t ones = base + static_cast<uint32_t>((L::kBytes - 1024 + 1023) / 1024 * 1024);
   volatile PersistentSlot* slots =
       reinterpret_cast<volatile PersistentSlot*>(smem_raw + (base - raw) + L::kItemOffset);
 
@@ -237,6 +246,10 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       }
     }
     sm90::mbar_fence_init();
+  }
+  if constexpr (kSumMma) {
+    if (threadIdx.x < 256) sm90::st_shared_u32(ones + 4 * threadIdx.x, Mma<T>::pack(1.f, 1.f));
+    sm90::fence_proxy_async();  // read by the wgmma unit after the barrier
   }
   __syncthreads();
 
@@ -391,6 +404,20 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  // kSumMma: the row sums as an m64n8 accumulator (d[0], d[1] row g, d[2], d[3] row g + 8; all
+  // columns alike), rescaled and retired with O.
+  float osum[4] = {0.f, 0.f, 0.f, 0.f};
+  auto fence_o = [&] {
+    sm90::fence_regs(o);
+    if constexpr (kSumMma) sm90::fence_regs(osum);
+  };
+  // The row sums of the finish: kSumMma's, once the last P V is retired.
+  auto take_sums = [&] {
+    if constexpr (kSumMma) {
+      row_sum[0] = osum[0];
+      row_sum[1] = osum[2];
+    }
+  };
   constexpr float kSlack = 8.f;  // log2 units: see softmax
   float sc[kKeys / 2];         // S of the current step, then P in fp32
   uint32_t pa[kKeys / 16][4];  // P as the A operand of O += P V
@@ -422,12 +449,15 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
   };
   // O += P V (V is N-major: head dim contiguous along N; 64-column halves lie kKeys rows apart),
   // issued and committed.
+  const uint64_t ones_desc = sm90::smem_desc(ones, 16, 1024);
   auto issue_pv = [&](int s) {
     const uint64_t v_desc = sm90::desc_plus(v_desc0, s * L::kKVBytes);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk)
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
       sm90::WgmmaRS<T, D>::template run<1>(o, pa[kk], sm90::desc_plus(v_desc, kk * 16 * 128), 1);
+      if constexpr (kSumMma) sm90::WgmmaRS<T, 8>::template run<0>(osum, pa[kk], ones_desc, 1);
+    }
     sm90::wgmma_commit();
   };
   // Masks S (partial tiles only), moves the row maxima and sums, turns S into P in place and
@@ -490,14 +520,14 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       if (tile_max > row_max[r] + kSlack) {  // also the first tile that sees anything (-inf before)
         alpha[r] = exp2f(row_max[r] - tile_max);
         row_max[r] = tile_max;
-        row_sum[r] *= alpha[r];
+        if constexpr (!kSumMma) row_sum[r] *= alpha[r];
       }
       const float m_use = row_max[r] == -INFINITY ? 0.f : row_max[r];
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n) {
         sc[4 * n + 2 * r] = exp2f(fmaf(sc[4 * n + 2 * r], p.scale_log2, -m_use));
         sc[4 * n + 2 * r + 1] = exp2f(fmaf(sc[4 * n + 2 * r + 1], p.scale_log2, -m_use));
-        row_sum[r] += sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
+        if constexpr (!kSumMma) row_sum[r] += sc[4 * n + 2 * r] + sc[4 * n + 2 * r + 1];
       }
     }
   };
@@ -509,6 +539,12 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       o[4 * n + 1] *= alpha[0];
       o[4 * n + 2] *= alpha[1];
       o[4 * n + 3] *= alpha[1];
+    }
+    if constexpr (kSumMma) {
+      osum[0] *= alpha[0];
+      osum[1] *= alpha[0];
+      osum[2] *= alpha[1];
+      osum[3] *= alpha[1];
     }
   };
   // P as the A operand: the accumulators of key blocks 2 kk, 2 kk + 1 are k-step kk's fragment.
@@ -537,8 +573,10 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float sum = rsum[r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if constexpr (!kSumMma) {  // kSumMma's are the whole rows' already
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      }
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       const int row_in_tile = row0 + g + 8 * r;  // in the Q buffer
       const int64_t row = q0 + tile_row0 + g + 8 * r;
@@ -662,6 +700,8 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
     auto zero_o = [&] {
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) osum[i] = 0.f;
     };
     float kept_max[2], kept_sum[2];  // the row statistics of the tile whose last P V is in flight
     if (take_tile()) {
@@ -704,11 +744,15 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
         sm90::mbar_arrive(pk_empty(kx.stage));
         kx.next();
         softmax(bits, alpha);
-        if constexpr (kSoftmaxBesidePv) sm90::wait_below(row_sum[0] + row_sum[1]);
+        if constexpr (kSoftmaxBesidePv) sm90::wait_below(kSumMma ? sc[kKeys / 2 - 1] : row_sum[0] + row_sum[1]);
         sm90::wgmma_wait<0>();  // P V of the step before
-        sm90::fence_regs(o);
+        fence_o();
         sm90::mbar_arrive(pv_empty(vprev.stage));
         if constexpr (kBoundary) {
+          if constexpr (kSumMma) {
+            kept_sum[0] = osum[0];
+            kept_sum[1] = osum[2];
+          }
           finish(pv_tile, pv_head, kept_max, kept_sum, sq + pv_buf * L::kQBytes);
           pending = pv_buf;
           zero_o();
@@ -731,8 +775,9 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       sm90::mbar_wait(pv_full(vprev.stage), vprev.phase);
       issue_pv(vprev.stage);
       sm90::wgmma_wait<0>();
-      sm90::fence_regs(o);
+      fence_o();
       sm90::mbar_arrive(pv_empty(vprev.stage));
+      take_sums();
       finish(pv_tile, pv_head, row_max, row_sum, sq + pv_buf * L::kQBytes);
       pending = pv_buf;
     }
@@ -752,7 +797,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       sm90::mbar_wait(full_v(s), x.phase);
       issue_pv(s);
       sm90::wgmma_wait<0>();
-      sm90::fence_regs(o);
+      fence_o();
       sm90::mbar_arrive(empty(s));
     }
   } else {
@@ -824,9 +869,9 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
         sm90::wgmma_wait<1>();  // S of this tile
         sm90::fence_regs(sc);
         softmax(bits, alpha);
-        if constexpr (kSoftmaxBesidePv) sm90::wait_below(row_sum[0] + row_sum[1]);
+        if constexpr (kSoftmaxBesidePv) sm90::wait_below(kSumMma ? sc[kKeys / 2 - 1] : row_sum[0] + row_sum[1]);
         sm90::wgmma_wait<0>();  // P V of prev
-        sm90::fence_regs(o);
+        fence_o();
         sm90::mbar_arrive(empty(prev.stage));
         rescale_o(alpha);
         pack_p();
@@ -838,11 +883,12 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       issue_pv(prev.stage);
       pass_turn(true);  // pingpong has no kSkip: this is its only stretch, its last issue
       sm90::wgmma_wait<0>();
-      sm90::fence_regs(o);
+      fence_o();
       sm90::mbar_arrive(empty(prev.stage));
     }
   }
   if constexpr (!kPersistent) {
+    take_sums();
     finish(q_tile, h, row_max, row_sum, sq);
     if (maps.o_tma && (threadIdx.x & 127) == 0) sm90::bulk_wait_read<0>();  // before the block's shared memory goes
   }
@@ -869,14 +915,22 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
 // "sm90_pingpong" (64 keys, taking turns; v8), "sm90" (the wgmma kernel, one 64-key tile at a
 // time) or "mma" (the portable mma.sync kernel). Measurements in docs/kernels/flex_flash.md.
 
-template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, int kConsumers = 2>
+// A kernel's dynamic shared memory: its layout's, and with kSum's row sums by the tensor cores
+// their block of ones (1024 bytes at the next 1024-byte boundary: 2048 more at most).
+template <class L, int kSum>
+constexpr int forward_smem_bytes() {
+  return L::kBytes + (kSum > 0 ? 2048 : 0);
+}
+
+template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, int kConsumers = 2, int kSum = 0>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
   using L = Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys, kConsumers>;
-  static_assert(L::kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
-  constexpr auto kernel = forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys, false, false, kConsumers>;
-  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+  constexpr int kBytes = forward_smem_bytes<L, kSum>();
+  static_assert(kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
+  constexpr auto kernel = forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys, false, false, kConsumers, kSum>;
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
-  kernel<<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  kernel<<<grid, L::kThreads, kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
 }
 
@@ -899,10 +953,11 @@ __global__ void __launch_bounds__(128) empty_rows_kernel(const FwdParams p) {
 // The persistent kernel: a block an SM (at most one a busy row tile and head), its row tiles
 // from a counter zeroed here. The row tiles that see nothing are not its: empty_rows_kernel
 // writes them, so that its consumers' loop has no path for them (see the consumer).
-template <class T, int D>
+template <class T, int D, int kSum = 0>
 void launch_forward_sm90_persistent(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
   using L = Sm90PersistentLayout<T, D>;
-  static_assert(L::kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
+  constexpr int kBytes = forward_smem_bytes<L, kSum>();
+  static_assert(kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
   if (p.sched.busy_tiles < p.sched.row_tiles) {
     const dim3 grid(static_cast<unsigned>(p.sched.row_tiles - p.sched.busy_tiles), static_cast<unsigned>(p.heads_q));
     empty_rows_kernel<T, D><<<grid, 128, 0, stream>>>(p);
@@ -910,14 +965,14 @@ void launch_forward_sm90_persistent(const FwdParams& p, const Sm90Maps& maps, cu
   }
   const int64_t items = int64_t{p.sched.busy_tiles} * p.heads_q;
   if (items == 0) return;
-  constexpr auto kernel = forward_sm90_kernel<T, D, true, false, 2 * kTile, true>;
-  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+  constexpr auto kernel = forward_sm90_kernel<T, D, true, false, 2 * kTile, true, false, 2, kSum>;
+  LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   int device = 0, sms = 0;
   LCA_FLEX_CUDA_CHECK(cudaGetDevice(&device));
   LCA_FLEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
   LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t), stream));
-  kernel<<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
+  kernel<<<grid, L::kThreads, kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel (persistent)");
 }
 
@@ -984,6 +1039,20 @@ inline Sm90FwdKernel sm90_forward_kernel(ForwardChoice choice, int32_t tile_rows
   return Sm90FwdKernel::k128;
 }
 
+// The row sums (kSum) kernel k runs with for the "fwd_sum" option's value `asked` (-1 absent):
+// only the 128-key kernels at head dim 64 have a choice. Absent: by the tensor cores (1) in sm90_k128
+// and sm90_k128_wg3, by FADD (0) in sm90_persistent. On an H200, one run each (docs/kernels/flex_flash.md):
+// the tensor cores' took sm90_k128_wg3 to 0.99-1.05x on full, causal, documents and prefix_lm_causal
+// at 7680-98304 tokens (geomean 1.02), sm90_persistent on sliding_window_causal to 0.98-1.01x.
+// mma_beside runs as mma in sm90_k128_wg3, whose 160 registers a thread leave ptxas placing the P V's
+// wait above all but 4 of the softmax's exponentials anyway.
+inline int sm90_forward_sum(int asked, Sm90FwdKernel k, int head_dim) {
+  const bool wg3 = k == Sm90FwdKernel::k128_wg3;
+  if (head_dim != 64 || (k != Sm90FwdKernel::k128 && !wg3 && k != Sm90FwdKernel::persistent)) return 0;
+  if (asked < 0) return k == Sm90FwdKernel::persistent ? 0 : 1;
+  return wg3 && asked == 2 ? 1 : asked;
+}
+
 // The Hopper forward of a 128-row schedule, of a 64-row one with an even group (the pair kernel), or
 // of a 192-row one (three consumers), by sm90_forward_kernel.
 template <class T, int D>
@@ -998,19 +1067,36 @@ void launch_forward_sm90(const FwdParams& p, cudaStream_t stream) {
   maps.o_tma = reinterpret_cast<uintptr_t>(p.o) % 16 == 0 && (p.o_head * sizeof(T)) % 16 == 0 &&
                (p.o_tok * sizeof(T)) % 16 == 0;
   if (maps.o_tma) maps.o = make_thd_map<T>(p.o, D, p.heads_q, p.seqlen_q, p.o_head, p.o_tok, 64, "o");
-  switch (sm90_forward_kernel(p.forward, p.sched.tile_rows, p.sched.idle_share, p.sched.mean_tiles, p.sched.max_tiles, p.group, D)) {
+  const Sm90FwdKernel kernel = sm90_forward_kernel(p.forward, p.sched.tile_rows, p.sched.idle_share,
+                                                   p.sched.mean_tiles, p.sched.max_tiles, p.group, D);
+  const int sum = sm90_forward_sum(p.sum, kernel, D);
+  switch (kernel) {
     case Sm90FwdKernel::pair: return launch_forward_sm90_pair<T, D, 2 * kTile>(p, maps, stream);
     case Sm90FwdKernel::pair64: return launch_forward_sm90_pair<T, D, kTile>(p, maps, stream);
     case Sm90FwdKernel::k128_wg3:
     case Sm90FwdKernel::overlap_wg3:
-      if constexpr (D == 64) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3>(p, maps, stream);
-      else return launch_forward_sm90_variant<T, D, true, false, kTile, 3>(p, maps, stream);
+      if constexpr (D == 64) {
+        if (sum == 1) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3, 1>(p, maps, stream);
+        return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 3>(p, maps, stream);
+      } else {
+        return launch_forward_sm90_variant<T, D, true, false, kTile, 3>(p, maps, stream);
+      }
     case Sm90FwdKernel::pingpong: return launch_forward_sm90_variant<T, D, true, true>(p, maps, stream);
     case Sm90FwdKernel::plain: return launch_forward_sm90_variant<T, D, false, false>(p, maps, stream);
     case Sm90FwdKernel::overlap: return launch_forward_sm90_variant<T, D, true, false>(p, maps, stream);
     case Sm90FwdKernel::k128_pingpong: return launch_forward_sm90_variant<T, D, true, true, 2 * kTile>(p, maps, stream);
-    case Sm90FwdKernel::k128: return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
-    case Sm90FwdKernel::persistent: return launch_forward_sm90_persistent<T, D>(p, maps, stream);
+    case Sm90FwdKernel::k128:
+      if constexpr (D == 64) {
+        if (sum == 1) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 2, 1>(p, maps, stream);
+        if (sum == 2) return launch_forward_sm90_variant<T, D, true, false, 2 * kTile, 2, 2>(p, maps, stream);
+      }
+      return launch_forward_sm90_variant<T, D, true, false, 2 * kTile>(p, maps, stream);
+    case Sm90FwdKernel::persistent:
+      if constexpr (D == 64) {
+        if (sum == 1) return launch_forward_sm90_persistent<T, D, 1>(p, maps, stream);
+        if (sum == 2) return launch_forward_sm90_persistent<T, D, 2>(p, maps, stream);
+      }
+      return launch_forward_sm90_persistent<T, D>(p, maps, stream);
   }
 }
 

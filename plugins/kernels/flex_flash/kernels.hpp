@@ -73,6 +73,7 @@ struct FwdParams {
   float scale_log2;        // softmax_scale * log2(e)
   DeviceSchedule sched;    // rows are query tiles
   ForwardChoice forward = ForwardChoice::sm90_auto;  // the instance's "forward" option (options.hpp)
+  int32_t sum = -1;  // the "fwd_sum" option: the Hopper forward's row sums at head dim 64 (-1: sm90_forward_sum's rule)
 };
 
 struct BwdParams {
@@ -632,6 +633,7 @@ void launch_backward(int32_t dtype, int32_t head_dim, const BwdParams& p, void* 
 // plan_info: the kernel, by the value of the "forward" / "backward" option that forces it, and
 // whether dQ's first writers run.
 const char* launched_forward_kernel(const FwdParams& p, int32_t head_dim);
+const char* launched_forward_row_sums(const FwdParams& p, int32_t head_dim);
 const char* launched_backward_kernel(const BwdParams& p);
 bool launched_dq_first_writers(const BwdParams& p);
 bool launched_dv_first(const BwdParams& p);

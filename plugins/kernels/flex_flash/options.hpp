@@ -63,6 +63,11 @@ struct Options {
   // absent (plan()'s rule, forward_heads_together), -1 for all of them (heads_inner), else 1
   // (heads_outer), 2, 4, 8 or 16 (heads_2 ... heads_16; the largest divisor of the heads at most that).
   int32_t fwd_order = 0;
+  // "fwd_sum": how the Hopper forward's 128-key kernels make the softmax's row sums at head dim 64
+  // (forward_sm90.cuh, kSum): -1 where absent (sm90_forward_sum's rule), 0 "fadd" (in the softmax),
+  // 1 "mma" (P times ones on the tensor cores, beside P V), 2 "mma_beside" (that, the softmax beside
+  // the P V; as 1 in sm90_k128_wg3).
+  int32_t fwd_sum = -1;
 };
 
 // The options of a config_json object ("" or "{}": every default). Throws lca::Error

@@ -86,6 +86,12 @@ TEST(FlexOptions, TheScheduleSwitches) {
   EXPECT_EQ(lca_flex_flash::forced_heads_together(4, 5), 1);
   EXPECT_EQ(lca_flex_flash::forced_heads_together(1, 64), 1);
   EXPECT_NE(refusal(R"({"fwd_order": "heads_3"})").find("heads_outer, heads_2"), std::string::npos);
+  // The forward's row sums: absent -1 (the kernel's rule), by FADD, by the tensor cores.
+  EXPECT_EQ(parse_options("{}").fwd_sum, -1);
+  EXPECT_EQ(parse_options(R"({"fwd_sum": "fadd"})").fwd_sum, 0);
+  EXPECT_EQ(parse_options(R"({"fwd_sum": "mma"})").fwd_sum, 1);
+  EXPECT_EQ(parse_options(R"({"fwd_sum": "mma_beside"})").fwd_sum, 2);
+  EXPECT_NE(refusal(R"({"fwd_sum": "tensor"})").find("fadd, mma, mma_beside"), std::string::npos);
 }
 
 TEST(FlexOptions, BadOptionsAreRefusedNamingTheAllowedValues) {

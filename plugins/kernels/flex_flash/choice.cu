@@ -41,6 +41,15 @@ bool wg3_forward(const Options& o, int32_t head_dim, double idle_share, double m
 
 bool wg3_forward_forced(const Options& o, int32_t head_dim) { return o.forward == dev::wg3_kernel(head_dim).asked; }
 
+ForwardChoice split_grid_kernel(const Options& o, int32_t head_dim, const TileSchedule& s, int32_t group) {
+  if (!dev::sm90_available(o.forward) || o.fwd_split == 1) return ForwardChoice::sm90_auto;
+  switch (dev::sm90_forward_kernel(o.forward, s.tile_rows, idle_share(s), mean_tiles(s), s.max_tiles, group, head_dim)) {
+    case dev::Sm90FwdKernel::k128: return ForwardChoice::sm90_k128;
+    case dev::Sm90FwdKernel::k128_wg3: return ForwardChoice::sm90_k128_wg3;
+    default: return ForwardChoice::sm90_auto;
+  }
+}
+
 BwdPairing backward_pairing(const Options& o) {
   if (o.backward == BackwardChoice::sm90_unpaired || o.backward == BackwardChoice::sm90_atomic) return BwdPairing::kNone;
   return o.backward == BackwardChoice::sm90_paired ? BwdPairing::kAll : BwdPairing::kAuto;

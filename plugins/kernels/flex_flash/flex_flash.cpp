@@ -93,6 +93,15 @@ class FlexPlan final : public lca::IPlan {
   // and dV its parts add into.
   DeviceBuffer split_tiles, dkv_accum;
   int32_t split_count = 0;
+  // Split-KV (split_row_tiles): the parts a row tile of fwd is (1: none), the grid kernel that
+  // runs them (passed as the "forward" choice), and the parts' fp32 O and LSE, made on the first
+  // forward call (a backward cell does not carry them).
+  int32_t fwd_splits = 1;
+  ForwardChoice fwd_grid = ForwardChoice::sm90_auto;
+  // The unsplit schedule's row tiles, busy row tiles and mean tiles a row tile, for plan_info.
+  int32_t fwd_row_tiles = 0, fwd_busy_tiles = 0;
+  float fwd_mean_tiles = 0.f;
+  DeviceBuffer part_o, part_lse;
   // What forward() and backward() launch on this plan, recorded with each cell (plan_info): the
   // kernels, by the values of the "forward" / "backward" options that force them, and the schedules
   // they walk. The backward's entries hold whether or not a backward call was made.
@@ -101,7 +110,7 @@ class FlexPlan final : public lca::IPlan {
     FwdParams f{};
     f.sched = fwd.view();
     f.group = group;
-    f.forward = options.forward;
+    f.forward = fwd_splits > 1 ? fwd_grid : options.forward;
     f.sum = options.fwd_sum;
     BwdParams b{};
     b.sched = bwd.view();
@@ -114,12 +123,13 @@ class FlexPlan final : public lca::IPlan {
     nlohmann::json j;
     j["forward"] = {{"kernel", launched_forward_kernel(f, problem.head_dim)},
                     {"row_sums", launched_forward_row_sums(f, problem.head_dim)},
+                    {"splits", fwd_splits},
                     {"tile_rows", fwd.tile_rows},
-                    {"row_tiles", fwd.row_tiles},
-                    {"busy_row_tiles", fwd.busy_tiles},
+                    {"row_tiles", fwd_row_tiles},
+                    {"busy_row_tiles", fwd_busy_tiles},
                     {"heads_together", fwd.heads_together},
                     {"idle_share", rounded(fwd.idle_share)},
-                    {"mean_tiles", rounded(fwd.mean_tiles)}};
+                    {"mean_tiles", rounded(fwd_mean_tiles)}};
     const std::string bwd_kernel = launched_backward_kernel(b);
     // The Hopper kernel's grid is its items (one or two key tiles each) by kv heads; mma.sync's a
     // key tile a block.
@@ -149,6 +159,8 @@ class FlexPlan final : public lca::IPlan {
     dq_ready.reset();
     split_tiles.reset();
     dkv_accum.reset();
+    part_o.reset();
+    part_lse.reset();
   }
 };
 
@@ -251,7 +263,26 @@ class FlexFlash final : public lca::IKernel {
       // Three consumers on 192-row tiles: asked for (the "forward" option), or by default where their
       // grid's simulated dispatch does not lose what they gain a cell (wg3_grid_keeps_gain).
       TileSchedule rows192 = with_order(build_schedule(mask, /*by_query=*/true, 3 * kTile));
-      if (wg3_forward_forced(o, d) || wg3_grid_keeps_gain(d, fwd, rows192, heads_q, sms)) fwd = std::move(rows192);
+      // At head dim 64, where the grid may split (split_grid_kernel), both grids by their best split.
+      const bool may_split = d == 64 && split_grid_kernel(o, d, fwd, group) != ForwardChoice::sm90_auto;
+      const int32_t forced_parts = o.fwd_split > 1 ? o.fwd_split : 0;
+      const bool keeps = may_split ? wg3_split_keeps_gain(fwd, rows192, heads_q, sms, forced_parts)
+                                   : wg3_grid_keeps_gain(d, fwd, rows192, heads_q, sms);
+      if (wg3_forward_forced(o, d) || keeps) fwd = std::move(rows192);
+    }
+    plan->fwd_row_tiles = fwd.row_tiles;
+    plan->fwd_busy_tiles = fwd.busy_tiles;
+    plan->fwd_mean_tiles = static_cast<float>(mean_tiles(fwd));
+    // Split-KV on the grid kernels: the parts by forward_split_parts' rule, or the "fwd_split" option's.
+    if (const ForwardChoice grid = split_grid_kernel(o, static_cast<int32_t>(pr.head_dim), fwd, group);
+        grid != ForwardChoice::sm90_auto) {
+      const int32_t parts =
+          o.fwd_split > 1 ? o.fwd_split : forward_split_parts(fwd, heads_q, sms, static_cast<int32_t>(pr.head_dim));
+      if (parts > 1) {
+        fwd = split_row_tiles(fwd, parts);
+        plan->fwd_splits = parts;
+        plan->fwd_grid = grid;
+      }
     }
     plan->fwd = upload(fwd, exec);
     plan->fwd.counter = upload(std::vector<int32_t>{0}, exec, "the persistent forward's tile counter");
@@ -294,6 +325,18 @@ class FlexFlash final : public lca::IKernel {
     p.sched = plan.fwd.view();
     p.forward = plan.options.forward;
     p.sum = plan.options.fwd_sum;
+    if (plan.fwd_splits > 1) {
+      const size_t rows = static_cast<size_t>(plan.fwd_splits) * static_cast<size_t>(pr.heads_q) *
+                          static_cast<size_t>(pr.seqlen_q);
+      if (plan.part_o.empty()) {
+        plan.part_o = DeviceBuffer(exec.allocator, rows * pr.head_dim * sizeof(float), "the forward's split parts' O");
+        plan.part_lse = DeviceBuffer(exec.allocator, rows * sizeof(float), "the forward's split parts' LSE");
+      }
+      p.forward = plan.fwd_grid;
+      p.splits = plan.fwd_splits;
+      p.part_o = plan.part_o.as<float>();
+      p.part_lse = plan.part_lse.as<float>();
+    }
     launch_forward(pr.dtype, pr.head_dim, p, exec.stream);
   }
 

@@ -221,6 +221,11 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
                                                        static_cast<int32_t>(gridDim.y),
                                                        kPair ? p.sched.heads_together / 2 : p.sched.heads_together);
   int32_t q_tile = kPersistent ? 0 : p.sched.order[blk.at];
+  // Split-KV (FwdParams::splits, the grid kernels): the schedule's row tile q_tile is part
+  // q_tile % splits of row tile q_tile / splits, whose Q it loads; its O and LSE go to the parts'
+  // fp32 buffers (finish_part). The cursors walk the part's runs (q_tile).
+  const int32_t splits = kPersistent || kPair ? 1 : p.splits;
+  const int32_t row_tile = q_tile / splits, part = q_tile % splits;
   int h = kPersistent ? 0 : (kPair ? 2 : 1) * blk.head;
   const int wg = threadIdx.x >> 7;
   if (threadIdx.x == 0) {
@@ -350,7 +355,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       if (threadIdx.x == 0) {
         sm90::tma_prefetch_map(&maps.k);
         sm90::tma_prefetch_map(&maps.v);
-        load_q_tile(sq, h, q_tile, bar_q);
+        load_q_tile(sq, h, row_tile, bar_q);
         TileCursor cur(p.sched.runs, p.sched.run_offsets, q_tile);
         int32_t tile = 0;
         for (int it = 0; cur.valid(); ++it) {
@@ -611,6 +616,30 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
                              static_cast<int32_t>(q0) + (kPair ? 0 : 64 * c));
         sm90::bulk_commit();
       }
+    }
+  };
+  // Split-KV's finish: this part's O (normalized by its own sums) and LSE, fp32, straight from the
+  // registers to its slots in part_o / part_lse (8-byte stores; no shared memory, no TMA). Rows
+  // that see nothing in the part get O = 0 and LSE = -inf, which the combine weighs 0.
+  auto finish_part = [&](int32_t tile_row, int32_t part_index, int head, const float (&rmax)[2],
+                         const float (&rsum)[2]) {
+    const int64_t q0 = int64_t{tile_row} * kTileRows;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = rsum[r];
+      if constexpr (!kSumMma) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      }
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const int64_t row = q0 + tile_row0 + g + 8 * r;
+      if (row >= p.seqlen_q) continue;
+      const int64_t slot = (int64_t{part_index} * p.heads_q + head) * p.seqlen_q + row;
+      float* dst = p.part_o + slot * D + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+      if (t4 == 0) p.part_lse[slot] = sum > 0.f ? (rmax[r] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
     }
   };
   // A tile's place in the K-and-V ring of the non-persistent kernels, stepped along with the tiles
@@ -889,7 +918,8 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
   }
   if constexpr (!kPersistent) {
     take_sums();
-    finish(q_tile, h, row_max, row_sum, sq);
+    if (splits > 1) finish_part(row_tile, part, h, row_max, row_sum);
+    else finish(row_tile, h, row_max, row_sum, sq);
     if (maps.o_tma && (threadIdx.x & 127) == 0) sm90::bulk_wait_read<0>();  // before the block's shared memory goes
   }
 #else
@@ -922,6 +952,48 @@ constexpr int forward_smem_bytes() {
   return L::kBytes + (kSum > 0 ? 2048 : 0);
 }
 
+// Split-KV's combine (FwdParams::splits > 1): O and LSE of a row from its parts' fp32 O and LSE,
+// each part weighed by exp(its LSE - the largest); rows no part sees get O = 0, LSE = -inf. A
+// thread 8 columns of a row, head dim / 8 threads a row; a block 128 threads, blockIdx.y the head.
+template <class T, int D>
+__global__ void __launch_bounds__(128) combine_parts_kernel(const FwdParams p) {
+  constexpr int kThreadsPerRow = D / 8, kRowsPerBlock = 128 / kThreadsPerRow;
+  const int head = static_cast<int>(blockIdx.y);
+  const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  const int col = static_cast<int>(threadIdx.x % kThreadsPerRow) * 8;
+  if (row >= p.seqlen_q) return;
+  auto slot = [&](int j) { return (int64_t{j} * p.heads_q + head) * p.seqlen_q + row; };
+  float m = -INFINITY;
+  for (int j = 0; j < p.splits; ++j) m = fmaxf(m, p.part_lse[slot(j)]);
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  float weights = 0.f;
+  if (m != -INFINITY) {
+    for (int j = 0; j < p.splits; ++j) {
+      const float w = expf(p.part_lse[slot(j)] - m);
+      weights += w;
+      const float4* src = reinterpret_cast<const float4*>(p.part_o + slot(j) * D + col);
+      const float4 a = src[0], b = src[1];
+      acc[0] += w * a.x, acc[1] += w * a.y, acc[2] += w * a.z, acc[3] += w * a.w;
+      acc[4] += w * b.x, acc[5] += w * b.y, acc[6] += w * b.z, acc[7] += w * b.w;
+    }
+  }
+  const float inv = weights > 0.f ? 1.f / weights : 0.f;
+  using M = Mma<T>;
+  const uint4 out{M::pack(acc[0] * inv, acc[1] * inv), M::pack(acc[2] * inv, acc[3] * inv),
+                  M::pack(acc[4] * inv, acc[5] * inv), M::pack(acc[6] * inv, acc[7] * inv)};
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.o) + head * p.o_head + row * p.o_tok + col) = out;
+  if (col == 0) p.lse[head * p.lse_head + row * p.lse_tok] = weights > 0.f ? m + logf(weights) : -INFINITY;
+}
+
+template <class T, int D>
+void launch_combine_parts(const FwdParams& p, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = 128 / (D / 8);
+  const dim3 grid(static_cast<unsigned>((p.seqlen_q + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>(p.heads_q));
+  combine_parts_kernel<T, D><<<grid, 128, 0, stream>>>(p);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash combine_parts_kernel");
+}
+
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, int kConsumers = 2, int kSum = 0>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
   using L = Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys, kConsumers>;
@@ -932,6 +1004,7 @@ void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaS
   const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
   kernel<<<grid, L::kThreads, kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
+  if (p.splits > 1) launch_combine_parts<T, D>(p, stream);
 }
 
 // The rows of the row tiles that see nothing (order's last row_tiles - busy_tiles): O = 0 and

@@ -74,6 +74,13 @@ struct FwdParams {
   DeviceSchedule sched;    // rows are query tiles
   ForwardChoice forward = ForwardChoice::sm90_auto;  // the instance's "forward" option (options.hpp)
   int32_t sum = -1;  // the "fwd_sum" option: the Hopper forward's row sums at head dim 64 (-1: sm90_forward_sum's rule)
+  // Split-KV (split_row_tiles, forward_split_parts): sched's row tile v is part v % splits of row
+  // tile v / splits; the grid kernels (sm90_k128, sm90_k128_wg3) write each part's O, normalized,
+  // and LSE in fp32 to part_o / part_lse (part j, head h, row r at (j * heads_q + h) * seqlen_q + r;
+  // part_o head_dim floats a row), and combine_parts_kernel makes O and LSE of them. 1: no split.
+  int32_t splits = 1;
+  float* part_o = nullptr;
+  float* part_lse = nullptr;
 };
 
 struct BwdParams {
@@ -141,6 +148,11 @@ bool wg3_forward(const Options& o, int32_t head_dim, double idle_share, double m
 // Whether the "forward" option asks for that kernel (sm90_k128_wg3 at head dim 64, sm90_overlap_wg3
 // at 128): then on every mask, whatever the dispatch.
 bool wg3_forward_forced(const Options& o, int32_t head_dim);
+// The grid kernel (sm90_k128, or sm90_k128_wg3 on a 192-row schedule at head dim 64) the forward
+// runs on schedule s, which split-KV applies to (split_row_tiles); sm90_auto where another kernel
+// runs, the wgmma kernels do not, or the "fwd_split" option is "off". plan() passes it on as the
+// "forward" choice with the split schedule, whose statistics would pick otherwise.
+ForwardChoice split_grid_kernel(const Options& o, int32_t head_dim, const TileSchedule& s, int32_t group);
 
 // How the Hopper backward puts key tiles into blocks (backward_items), from the "backward" option:
 // one a block (sm90_unpaired, sm90_atomic); pairs on causal-like masks (the default); pairs on
@@ -215,6 +227,24 @@ inline bool wg3_dispatch_faster(const TileSchedule& rows128, const TileSchedule&
   if (slots <= 0) return true;
   return double(simulated_forward_makespan(rows192, heads_q, slots)) <=
          kWg3CellSpeedup * double(simulated_forward_makespan(rows128, heads_q, slots));
+}
+// Head dim 64's choice between 192-row and 128-row tiles where the forward may split (split_row_tiles):
+// where either grid splits (forward_split_parts, or the parts forced), the 192-row tiles where their
+// split's predicted time (split_forward_cost) is at most kWg3CellSpeedup times the 128-row tiles';
+// where neither does, wg3_dispatch_faster as unsplit. Unsplit, a grid of 192-row tiles a few waves
+// long ends on a partly empty wave that can cost more than three consumers gain; split, both grids
+// end on fuller waves (full at 7680 tokens, 8:1: 192-row tiles in 2 parts ran 1.145x the 128-row
+// tiles unsplit, docs/results/2026-11-28-h200-fwd-split.md).
+inline bool wg3_split_keeps_gain(const TileSchedule& rows128, const TileSchedule& rows192, int32_t heads_q,
+                                 int32_t slots, int32_t forced_parts) {
+  if (slots <= 0) return true;
+  auto parts_of = [&](const TileSchedule& s) {
+    return forced_parts > 0 ? forced_parts : forward_split_parts(s, heads_q, slots, 64);
+  };
+  const int32_t p128 = parts_of(rows128), p192 = parts_of(rows192);
+  if (p128 == 1 && p192 == 1) return wg3_dispatch_faster(rows128, rows192, heads_q, slots);
+  return split_forward_cost(rows192, p192, heads_q, slots, 64) <=
+         kWg3CellSpeedup * split_forward_cost(rows128, p128, heads_q, slots, 64);
 }
 // At head dim 128, where the persistent kernel is picked (short row tiles: the sliding windows),
 // three consumers of 64 rows on 192-row tiles in 64-key steps, each skipping the tiles its rows do

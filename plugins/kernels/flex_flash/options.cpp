@@ -46,6 +46,7 @@ const Names<int32_t> kFwdOrder = {{"heads_outer", 1}, {"heads_2", 2},   {"heads_
                                   {"heads_8", 8},     {"heads_16", 16}, {"heads_inner", -1}};
 const Names<int32_t> kOrder = {{"kv_heads_outer", 1}, {"kv_heads_inner", -1}, {"kv_heads_2", 2}, {"kv_heads_4", 4}};
 const Names<int32_t> kFwdSum = {{"fadd", 0}, {"mma", 1}, {"mma_beside", 2}};
+const Names<int32_t> kFwdSplit = {{"off", 1}, {"auto", -1}, {"parts_2", 2}, {"parts_3", 3}, {"parts_4", 4}};
 const Names<Switch> kSplit = {{"off", Switch::kOff}, {"all", Switch::kOn}};
 const Names<Switch> kOffOn = {{"off", Switch::kOff}, {"on", Switch::kOn}};
 
@@ -111,6 +112,7 @@ Options parse_options(const std::string& config_json) {
     else if (key == "bwd_ranges") o.bwd_ranges = places_of(key, v);
     else if (key == "fwd_order") o.fwd_order = value_of(kFwdOrder, key, v);
     else if (key == "fwd_sum") o.fwd_sum = value_of(kFwdSum, key, v);
+    else if (key == "fwd_split") o.fwd_split = value_of(kFwdSplit, key, v);
     else if (key == "bwd_match") o.bwd_match = value_of(kOffOn, key, v);
     else if (key == "bwd_local") o.bwd_local = value_of(kOffOn, key, v);
     else if (key == "dq_first") o.dq_first = value_of(kOffOn, key, v);
@@ -118,7 +120,7 @@ Options parse_options(const std::string& config_json) {
     else
       throw lca::Error(LCA_ERR_INVALID_ARGUMENT,
                        "flex_flash: unknown option '" + key +
-                           "' (options: forward, backward, fwd_order, fwd_sum, bwd_order, bwd_split, bwd_ranges, bwd_match, bwd_local, dq_first, bwd_dv_first; "
+                           "' (options: forward, backward, fwd_order, fwd_sum, fwd_split, bwd_order, bwd_split, bwd_ranges, bwd_match, bwd_local, dq_first, bwd_dv_first; "
                            "see plugins/kernels/flex_flash/README.md)");
   }
   return o;

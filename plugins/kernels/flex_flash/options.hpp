@@ -68,6 +68,11 @@ struct Options {
   // 1 "mma" (P times ones on the tensor cores, beside P V), 2 "mma_beside" (that, the softmax beside
   // the P V; as 1 in sm90_k128_wg3).
   int32_t fwd_sum = -1;
+  // "fwd_split": the parts the forward's grid kernels split each row tile into along its keys
+  // (split_row_tiles): 1 where absent or "off" (no split), -1 "auto" (forward_split_parts' rule, and
+  // head dim 64's 192-row tiles weighed by their best split: wg3_split_keeps_gain), 2-4 "parts_2" ...
+  // "parts_4". Off by default until the rule is timed over a sweep (README).
+  int32_t fwd_split = 1;
 };
 
 // The options of a config_json object ("" or "{}": every default). Throws lca::Error

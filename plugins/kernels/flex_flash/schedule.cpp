@@ -455,6 +455,79 @@ int64_t simulated_forward_makespan(const TileSchedule& s, int32_t heads, int32_t
   return forward_makespan(s, forward_row_costs(s), s.heads_together, heads, slots);
 }
 
+TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts) {
+  if (parts <= 1) return s;
+  TileSchedule v;
+  v.rows = s.rows, v.cols = s.cols, v.tile_rows = s.tile_rows, v.col_tiles = s.col_tiles;
+  v.row_tiles = s.row_tiles * parts;
+  v.bits = s.bits;
+  v.heads_together = s.heads_together;
+  v.full_tiles = s.full_tiles, v.partial_tiles = s.partial_tiles, v.idle_halves = s.idle_halves;
+  v.run_offsets.reserve(static_cast<size_t>(v.row_tiles) + 1);
+  v.run_offsets.push_back(0);
+  std::vector<int64_t> tiles_of(static_cast<size_t>(v.row_tiles), 0);
+  for (int32_t t = 0; t < s.row_tiles; ++t) {
+    int64_t n = 0;
+    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) n += s.runs[r].end - s.runs[r].begin;
+    const int64_t steps = (n + 1) / 2;
+    for (int32_t j = 0; j < parts; ++j) {
+      const int64_t lo = 2 * (j * steps / parts), hi = std::min<int64_t>(2 * ((j + 1) * steps / parts), n);
+      int64_t w0 = 0;  // the walk position of run r's first tile
+      for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) {
+        const TileRun& run = s.runs[r];
+        const int64_t len = run.end - run.begin, a = std::max(lo, w0), b = std::min(hi, w0 + len);
+        if (a < b) {
+          const auto skip = static_cast<int32_t>(a - w0);
+          v.runs.push_back(TileRun{run.begin + skip, run.begin + static_cast<int32_t>(b - w0),
+                                   run.mask >= 0 ? run.mask + skip : run.mask, run.halves});
+        }
+        w0 += len;
+      }
+      v.run_offsets.push_back(static_cast<int32_t>(v.runs.size()));
+      tiles_of[static_cast<size_t>(t) * parts + j] = std::max<int64_t>(hi - lo, 0);
+    }
+  }
+  v.order.reserve(static_cast<size_t>(v.row_tiles));
+  for (const int32_t t : s.order)
+    for (int32_t j = 0; j < parts; ++j) v.order.push_back(t * parts + j);
+  std::stable_sort(v.order.begin(), v.order.end(), [&](int32_t x, int32_t y) {
+    return tiles_of[static_cast<size_t>(x)] > tiles_of[static_cast<size_t>(y)];
+  });
+  for (const int64_t n : tiles_of) v.busy_tiles += n > 0 ? 1 : 0;
+  v.max_tiles = v.order.empty() ? 0 : static_cast<int32_t>(tiles_of[static_cast<size_t>(v.order.front())]);
+  return v;
+}
+
+double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, int32_t slots, int32_t head_dim) {
+  const TileSchedule v = split_row_tiles(s, parts);
+  std::vector<int64_t> row_cost(static_cast<size_t>(v.row_tiles), 0);
+  for (int32_t t = 0; t < v.row_tiles; ++t) {
+    int64_t tiles = 0;
+    for (int32_t r = v.run_offsets[t]; r < v.run_offsets[t + 1]; ++r) tiles += v.runs[r].end - v.runs[r].begin;
+    row_cost[static_cast<size_t>(t)] = tiles > 0 ? (tiles + kSplitKvBlockTiles) * v.tile_rows : 0;
+  }
+  double cost = double(forward_makespan(v, row_cost, v.heads_together, heads, slots));
+  if (parts > 1) {
+    // The combine pass reads every part's fp32 O and LSE of a row and writes its O (16-bit).
+    const double rows = double(s.rows) * heads;
+    const double bytes = rows * (parts * (head_dim + 1) * 4.0 + head_dim * 2.0);
+    cost += bytes / kSplitKvCombineBytes * (kSplitKvCellRate / (256.0 * head_dim));
+  }
+  return cost;
+}
+
+int32_t forward_split_parts(const TileSchedule& s, int32_t heads, int32_t slots, int32_t head_dim) {
+  if (slots <= 0 || s.busy_tiles == 0) return 1;
+  const double whole = split_forward_cost(s, 1, heads, slots, head_dim);
+  int32_t best = 1;
+  double best_cost = whole;
+  for (int32_t parts = 2; parts <= kMaxSplitKvParts; ++parts) {
+    const double c = split_forward_cost(s, parts, heads, slots, head_dim);
+    if (c < best_cost) best = parts, best_cost = c;
+  }
+  return best_cost <= kSplitKvGain * whole ? best : 1;
+}
+
 int32_t forward_heads_together(const TileSchedule& s, int32_t heads, int32_t slots) {
   if (slots <= 0 || heads <= 1 || s.busy_tiles == 0) return 1;
   const std::vector<int64_t> row_cost = forward_row_costs(s);

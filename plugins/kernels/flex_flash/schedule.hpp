@@ -60,6 +60,36 @@ struct TileSchedule {
 constexpr int64_t kForwardBlockTiles = 2;
 int64_t simulated_forward_makespan(const TileSchedule& s, int32_t heads, int32_t slots);
 
+// The forward's row tiles split along their keys ("split-KV"): each row tile's tiles, in walk order,
+// cut into `parts` pieces of as many 128-key steps as the parts can share evenly (the last piece may
+// end on an odd tile). Virtual row tile v = t * parts + j is part j of row tile t: its runs are the
+// pieces of t's runs that fall in the part (a partial run's bitmask index moved with its begin). The
+// order is the row tiles' own with each one's parts in turn, busiest first (stable), and the rows,
+// bitmasks and heads together are s's. parts 1 gives s. The grid forwards compute each part's O and
+// LSE apart, and a pass combines them (forward_sm90.cuh, FwdParams::splits).
+TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts);
+
+// The parts (1-4) the forward's grid kernels split each row tile into, by predicted time: the
+// simulated dispatch of the split schedule's blocks (simulated_makespan), a block costing its tiles
+// plus kSplitKvBlockTiles, plus the pass that combines the parts (bytes at kSplitKvCombineBytes a second,
+// turned into cells at kSplitKvCellRate), taken where it is at most kSplitKvGain of the unsplit grid's.
+// Small grids (few heads, short sequences: heads 8:1 at 4K-16K) end on a partly empty last wave;
+// split, the same cells end on fuller waves of shorter blocks.
+// kSplitKvBlockTiles: a block's fixed cost (Q in, pipeline filled and drained, O out, launch) in 64-key
+// tiles: full on an H200 at head dim 64 ran 0.71 us a tile in 64-tile blocks (4096 tokens, 8:1) and
+// 0.61 in 256-tile blocks (16384, 32:32), about 10 tiles a block; 8 taken.
+// kSplitKvCellRate: an SM's FLOP/s, about 4e12 (an H100's or H200's 132 SMs at 525 TFLOP/s), a cell
+// (a row by a 64-key tile) being 256 x head_dim FLOPs; kSplitKvCombineBytes: HBM's ~3 TB/s.
+// kSplitKvGain: the 3% a rule needs to beat the run's noise.
+constexpr int64_t kSplitKvBlockTiles = 8;
+constexpr double kSplitKvCellRate = 4.0e12;
+constexpr double kSplitKvCombineBytes = 3.0e12;
+constexpr double kSplitKvGain = 0.97;
+constexpr int32_t kMaxSplitKvParts = 4;
+// The predicted time (in cells of one SM) of the forward grid over s split into `parts`.
+double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, int32_t slots, int32_t head_dim);
+int32_t forward_split_parts(const TileSchedule& s, int32_t heads, int32_t slots, int32_t head_dim);
+
 // Forward block n of a grid of `tiles` row tiles by `heads` (query heads, or head pairs in the pair
 // kernel; the persistent kernel's items likewise): `at` indexes the schedule's order. The heads go
 // in groups of `together` (a divisor of heads; anything else is taken as 1): a group's blocks are

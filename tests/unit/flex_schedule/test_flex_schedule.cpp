@@ -618,6 +618,122 @@ TEST(FlexSchedule, TheThreeConsumerGpuTestsMasksTakeThreeConsumers) {
   }
 }
 
+// Split-KV's schedule (split_row_tiles): part j of row tile t is virtual row tile t * parts + j; the
+// parts' tiles, in order, are the row tile's walk (tile by tile, with each tile's bitmask index), cut
+// at even steps so that no part but the last ends on an odd tile; the order holds every part, busy
+// ones first. On causal (one run a row tile, partial at the diagonal) and on documents at an odd
+// length (several runs a row tile), 128 and 192 rows.
+TEST(FlexSchedule, SplitRowTilesCutsEachWalkIntoItsParts) {
+  using lca_flex_flash::split_row_tiles;
+  const int64_t n = 9001;
+  std::vector<lca_slice> docs;
+  int64_t at = 0;
+  for (int64_t len : {int64_t{3000}, int64_t{77}, int64_t{1900}, n - 4977}) {
+    docs.push_back(lca_slice{at, at + len, at, at + len, LCA_SLICE_CAUSAL, 0});
+    at += len;
+  }
+  std::vector<lca_slice> causal{lca_slice{0, n, 0, n, LCA_SLICE_CAUSAL, 0}};
+  auto walk = [](const TileSchedule& s, int32_t t) {
+    std::vector<std::pair<int32_t, int32_t>> w;  // (column tile, bitmask index or -1)
+    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r)
+      for (int32_t c = s.runs[r].begin; c < s.runs[r].end; ++c)
+        w.emplace_back(c, s.runs[r].mask < 0 ? -1 : s.runs[r].mask + (c - s.runs[r].begin));
+    return w;
+  };
+  for (const auto* slices : {&causal, &docs}) {
+    const lca_mask m{sizeof(lca_mask), n, n, static_cast<int64_t>(slices->size()), slices->data(), nullptr, 0, nullptr};
+    for (int32_t rows : {128, 192}) {
+      const TileSchedule s = build_schedule(m, /*by_query=*/true, rows);
+      const TileSchedule one = split_row_tiles(s, 1);
+      EXPECT_EQ(one.runs.size(), s.runs.size());
+      EXPECT_EQ(one.order, s.order);
+      for (int32_t parts : {2, 3, 4}) {
+        SCOPED_TRACE(std::to_string(slices->size()) + " slices, " + std::to_string(rows) + " rows, " +
+                     std::to_string(parts) + " parts");
+        const TileSchedule v = split_row_tiles(s, parts);
+        ASSERT_EQ(v.row_tiles, s.row_tiles * parts);
+        EXPECT_EQ(v.tile_rows, s.tile_rows);
+        EXPECT_EQ(v.bits, s.bits);
+        for (int32_t t = 0; t < s.row_tiles; ++t) {
+          const auto whole = walk(s, t);
+          std::vector<std::pair<int32_t, int32_t>> joined;
+          for (int32_t j = 0; j < parts; ++j) {
+            const auto piece = walk(v, t * parts + j);
+            if (j + 1 < parts) EXPECT_EQ(piece.size() % 2, 0u) << "row tile " << t << " part " << j;
+            const size_t steps = (whole.size() + 1) / 2;
+            EXPECT_LE(piece.size(), 2 * ((steps + parts - 1) / parts)) << "row tile " << t << " part " << j;
+            joined.insert(joined.end(), piece.begin(), piece.end());
+          }
+          EXPECT_EQ(joined, whole) << "row tile " << t;
+        }
+        std::vector<int32_t> sorted = v.order;
+        std::sort(sorted.begin(), sorted.end());
+        for (int32_t i = 0; i < v.row_tiles; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+        int32_t busy = 0;
+        for (int32_t i = 0; i < v.row_tiles; ++i) busy += v.run_offsets[i + 1] > v.run_offsets[i] ? 1 : 0;
+        EXPECT_EQ(v.busy_tiles, busy);
+        for (int32_t i = 0; i < v.row_tiles; ++i) {
+          const int32_t r = v.order[static_cast<size_t>(i)];
+          EXPECT_EQ(v.run_offsets[r + 1] > v.run_offsets[r], i < busy) << "order place " << i;
+        }
+      }
+    }
+  }
+}
+
+// Split-KV's rule (forward_split_parts): on grids of a few waves the parts end on fuller waves. Full
+// at 7680 tokens with 8 heads on 192-row tiles: 320 blocks of 120 tiles, 2.4 waves of 132 SMs,
+// ends in 3 rounds; in 2 parts, 640 blocks of 60 tiles in 5 rounds (4.8 waves) of shorter blocks, plus
+// the combine: 0.93x, split. With 64 heads (19.4 waves) the parts' fixed costs and the combine lose;
+// no SM count, no split.
+TEST(FlexSchedule, SplitKvWhereTheGridEndsOnAPartlyEmptyWave) {
+  using lca_flex_flash::forward_split_parts;
+  using lca_flex_flash::split_forward_cost;
+  auto full = [](int64_t n) {
+    auto g = BuiltinProvider::instance().generate("full", "{}", n, 42);
+    EXPECT_EQ(g.status, LCA_OK) << g.error;
+    return build_schedule(*g.mask, /*by_query=*/true, 192);
+  };
+  const TileSchedule small = full(7680);
+  EXPECT_GT(forward_split_parts(small, 8, 132, 64), 1);
+  EXPECT_LT(split_forward_cost(small, 2, 8, 132, 64), 0.97 * split_forward_cost(small, 1, 8, 132, 64));
+  EXPECT_EQ(forward_split_parts(small, 64, 132, 64), 1);
+  EXPECT_EQ(forward_split_parts(small, 8, 0, 64), 1);
+  // The unsplit cost: 3 rounds of (120 tiles + the block's kSplitKvBlockTiles) x 192 rows.
+  EXPECT_DOUBLE_EQ(split_forward_cost(small, 1, 8, 132, 64), 3.0 * (120 + lca_flex_flash::kSplitKvBlockTiles) * 192);
+}
+
+// Head dim 64's 192-row tiles weighed by their split (wg3_split_keeps_gain): full at 7680 tokens, 8
+// heads, loses unsplit (3 rounds of 192-row blocks against 4 of 128-row ones: 1.125x the cells) and
+// keeps its gain split in 2 (the 128-row grid does not split). Causal there splits neither grid:
+// the unsplit rule's answer (wg3_dispatch_faster), 192-row tiles.
+TEST(FlexSchedule, ThreeConsumerTilesWeighedByTheirSplit) {
+  using lca_flex_flash::wg3_dispatch_faster;
+  using lca_flex_flash::wg3_split_keeps_gain;
+  for (const char* name : {"full", "causal"}) {
+    auto g = BuiltinProvider::instance().generate(name, "{}", 7680, 42);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    // With the heads together plan() gives them (forward_heads_together).
+    TileSchedule s128 = build_schedule(*g.mask, /*by_query=*/true, 128);
+    TileSchedule s192 = build_schedule(*g.mask, /*by_query=*/true, 192);
+    s128.heads_together = lca_flex_flash::forward_heads_together(s128, 8, 132);
+    s192.heads_together = lca_flex_flash::forward_heads_together(s192, 8, 132);
+    SCOPED_TRACE(name);
+    EXPECT_EQ(lca_flex_flash::forward_split_parts(s128, 8, 132, 64), 1);
+    if (std::string(name) == "full") {
+      EXPECT_FALSE(wg3_dispatch_faster(s128, s192, 8, 132));
+      EXPECT_EQ(lca_flex_flash::forward_split_parts(s192, 8, 132, 64), 2);
+      EXPECT_TRUE(wg3_split_keeps_gain(s128, s192, 8, 132, 0));
+    } else {
+      EXPECT_EQ(lca_flex_flash::forward_split_parts(s192, 8, 132, 64), 1);
+      EXPECT_EQ(wg3_split_keeps_gain(s128, s192, 8, 132, 0), wg3_dispatch_faster(s128, s192, 8, 132));
+      EXPECT_TRUE(wg3_split_keeps_gain(s128, s192, 8, 132, 0));
+    }
+    s128.heads_together = s192.heads_together = 1;
+    EXPECT_TRUE(wg3_split_keeps_gain(s128, s192, 64, 132, 0));  // 19 waves of 192-row blocks
+  }
+}
+
 // TileSchedule::max_tiles: the longest row tile's scheduled tiles. At 4K, full: 64 on every row
 // tile; causal: the last row tile's 64; sliding_window (512 each side there): 1152 keys, 18 tiles
 // of 64. At 16K sliding_window (1024 each side): 2176 keys, 34 tiles.
@@ -1497,4 +1613,5 @@ TEST(FlexSchedule, HeadsGoOutTogetherWhereHeadsOuterStartsLongWalksLate) {
 }
 
 }  // namespace
+
 }  // namespace lca::test

@@ -426,13 +426,20 @@ int64_t simulated_makespan(const std::vector<int64_t>& costs, int32_t slots) {
   return end;
 }
 
-// Each row tile's forward block cost (0 for a row tile without runs).
-std::vector<int64_t> forward_row_costs(const TileSchedule& s) {
+// The scheduled tiles of row tile t.
+int64_t row_tile_tiles(const TileSchedule& s, int32_t t) {
+  int64_t tiles = 0;
+  for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) tiles += s.runs[r].end - s.runs[r].begin;
+  return tiles;
+}
+
+// Each row tile's forward block cost, its tiles and block_tiles' worth of fixed costs, in cells (0
+// for a row tile without runs).
+std::vector<int64_t> forward_row_costs(const TileSchedule& s, int64_t block_tiles = kForwardBlockTiles) {
   std::vector<int64_t> row_cost(static_cast<size_t>(s.row_tiles), 0);
   for (int32_t t = 0; t < s.row_tiles; ++t) {
-    int64_t tiles = 0;
-    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) tiles += s.runs[r].end - s.runs[r].begin;
-    row_cost[static_cast<size_t>(t)] = tiles > 0 ? (tiles + kForwardBlockTiles) * s.tile_rows : 0;
+    const int64_t tiles = row_tile_tiles(s, t);
+    row_cost[static_cast<size_t>(t)] = tiles > 0 ? (tiles + block_tiles) * s.tile_rows : 0;
   }
   return row_cost;
 }
@@ -467,9 +474,7 @@ TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts) {
   v.run_offsets.push_back(0);
   std::vector<int64_t> tiles_of(static_cast<size_t>(v.row_tiles), 0);
   for (int32_t t = 0; t < s.row_tiles; ++t) {
-    int64_t n = 0;
-    for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) n += s.runs[r].end - s.runs[r].begin;
-    const int64_t steps = (n + 1) / 2;
+    const int64_t n = row_tile_tiles(s, t), steps = (n + 1) / 2;
     for (int32_t j = 0; j < parts; ++j) {
       const int64_t lo = 2 * (j * steps / parts), hi = std::min<int64_t>(2 * ((j + 1) * steps / parts), n);
       int64_t w0 = 0;  // the walk position of run r's first tile
@@ -500,13 +505,7 @@ TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts) {
 
 double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, int32_t slots, int32_t head_dim) {
   const TileSchedule v = split_row_tiles(s, parts);
-  std::vector<int64_t> row_cost(static_cast<size_t>(v.row_tiles), 0);
-  for (int32_t t = 0; t < v.row_tiles; ++t) {
-    int64_t tiles = 0;
-    for (int32_t r = v.run_offsets[t]; r < v.run_offsets[t + 1]; ++r) tiles += v.runs[r].end - v.runs[r].begin;
-    row_cost[static_cast<size_t>(t)] = tiles > 0 ? (tiles + kSplitKvBlockTiles) * v.tile_rows : 0;
-  }
-  double cost = double(forward_makespan(v, row_cost, v.heads_together, heads, slots));
+  double cost = double(forward_makespan(v, forward_row_costs(v, kSplitKvBlockTiles), v.heads_together, heads, slots));
   if (parts > 1) {
     // The combine pass reads every part's fp32 O and LSE of a row and writes its O (16-bit).
     const double rows = double(s.rows) * heads;

@@ -462,6 +462,10 @@ void groupcast_stage(Sim& s, const AreaTable& A, const cp::Balance& B, int remot
         for (const Segment& g : keys[c][st]) k_rows += g.size();
         const double q_elems = double(L.group_rows[c]) * L.hq_l * D, touched_elems = touched[c][st] * L.hq_l * D;
         if (!P.backward) {
+          // The call writes O = 0 and LSE = -inf on the group's rows it has no cells in too (flex_flash
+          // writes every row; on a fetched stage of short documents most of them): not in its tiles,
+          // charged at the memory's speed.
+          s.pass(r, (double(L.group_rows[c]) - touched[c][st]) * L.hq_l * (D * esz + 4));
           // Later stages merge their part into O in the problem dtype on their rows with cells:
           // read both, write O.
           if (have[c]) s.pass(r, touched_elems * 3 * esz);

@@ -262,6 +262,29 @@ TEST(CpModel, MessagesCostTheGroupCastByMessageRun) {
         << ring;
 }
 
+TEST(CpModel, TheStagedForwardWritesTheRowsItsFetchedStageHasNoCellsIn) {
+  // balanced's staged forward calls the kernel on every local query row for a fetched stage, and
+  // the kernel writes O = 0 and LSE = -inf on the rows without cells. Two ranks, a chunk each:
+  // documents [0, 2000), [2000, 2100), [2100, 4096); the rank holding [2048, 4096) fetches keys
+  // [2000, 2048) for its rows [2048, 2100) alone. Its memory passes beyond the other rank's (which
+  // fetches nothing; both share the rest): the fetched call's 1996 empty rows (O and LSE) and the
+  // merge of its 52 rows (read both parts, write O).
+  const int64_t S = 4096;
+  const Problem P = problem({slice(0, 2000, 0, 2000, LCA_SLICE_CAUSAL), slice(2000, 2100, 2000, 2100, LCA_SLICE_CAUSAL),
+                             slice(2100, S, 2100, S, LCA_SLICE_CAUSAL)},
+                            S, 8, 1);
+  const nlohmann::json staged = {{"chunks_per_rank", 1}, {"one_call", false}};
+  Machine m;
+  const auto pr = predict(P, "balanced", staged, 2, m, kRate);
+  ASSERT_TRUE(pr.refused.empty()) << pr.refused;
+  const double row_o = 8.0 * 128 * 2;  // heads x head_dim x 2 bytes
+  const double expected = (1996 * (row_o + 8 * 4) + 52 * row_o * 3) / (m.hbm_GBps * 1e9) * 1e3;
+  ASSERT_EQ(pr.ranks.size(), 2u);
+  const double most = std::max(pr.ranks[0].memory_ms, pr.ranks[1].memory_ms);
+  const double least = std::min(pr.ranks[0].memory_ms, pr.ranks[1].memory_ms);
+  EXPECT_NEAR(most - least, expected, 1e-9 * expected);
+}
+
 lca_mask view(const std::vector<lca_slice>& slices, int64_t sq, int64_t sk) {
   return lca_mask{sizeof(lca_mask), sq, sk, static_cast<int64_t>(slices.size()), slices.data(), nullptr, 0, nullptr};
 }

@@ -12,8 +12,7 @@
 // persistent variant a block an SM walks row tiles one after another (Q double-buffered, K and V
 // in rings of their own), and the first S of a row tile is issued beside the last P V of the one
 // before, so that a short row tile (a sliding window's) no longer pays its Q load, a lone S and
-// softmax, a lone P V and a block launch (its row tiles that see nothing are written apart, by
-// empty_rows_kernel); in the pair variant (overlapped steps on 64-row tiles: 128 keys a step, any
+// softmax, a lone P V and a block launch; in the pair variant (overlapped steps on 64-row tiles: 128 keys a step, any
 // two of the row tile's 64-key tiles, or 64 in sm90_pair64) the two consumers take the same 64
 // query rows of two heads that share K and V, so that a mask that changes within 128 rows
 // (block_sparse's 64-token blocks) leaves neither with idle tiles; at head
@@ -26,7 +25,8 @@
 // the GPU is sm_90 and the schedule has 128-row tiles, 64-row tiles and an even group (pair), or
 // 192-row tiles (three consumers).
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
-// rows that see nothing get O = 0, LSE = -inf.
+// rows that see nothing get O = 0, LSE = -inf (the row tiles that see nothing by empty_rows_kernel,
+// outside the grid, but in split-KV's grid).
 #pragma once
 
 #include "cuda_check.hpp"
@@ -994,6 +994,36 @@ void launch_combine_parts(const FwdParams& p, cudaStream_t stream) {
   LCA_FLEX_CHECK_LAUNCH("flex_flash combine_parts_kernel");
 }
 
+// The rows of the row tiles that see nothing (order's last row_tiles - busy_tiles): O = 0 and
+// LSE = -inf. A block a (row tile, head); a row's O in 16-byte stores by head dim / 8 threads side
+// by side (a row a thread, 2 bytes a store, had every warp store touch 32 rows: on the fetched
+// stages of balanced's staged forward, most of a call's rows, it ran at a fraction of the memory's
+// speed), its LSE by the next threads.
+template <class T, int D>
+__global__ void __launch_bounds__(128) empty_rows_kernel(const FwdParams p) {
+  static_assert(D * sizeof(T) % 16 == 0, "a row's O is written in 16-byte pieces");
+  constexpr int kThreadsPerRow = D * static_cast<int>(sizeof(T)) / 16, kRowsAtOnce = 128 / kThreadsPerRow;
+  const int32_t tile = p.sched.order[p.sched.busy_tiles + static_cast<int32_t>(blockIdx.x)];
+  const int head = static_cast<int>(blockIdx.y);
+  const int64_t first = int64_t{tile} * p.sched.tile_rows;
+  const int64_t rows = p.seqlen_q - first < p.sched.tile_rows ? p.seqlen_q - first : int64_t{p.sched.tile_rows};
+  const int piece = static_cast<int>(threadIdx.x) % kThreadsPerRow;
+  for (int64_t r = threadIdx.x / kThreadsPerRow; r < rows; r += kRowsAtOnce)
+    reinterpret_cast<uint4*>(static_cast<T*>(p.o) + head * p.o_head + (first + r) * p.o_tok)[piece] =
+        make_uint4(0u, 0u, 0u, 0u);
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) p.lse[head * p.lse_head + (first + r) * p.lse_tok] = -INFINITY;
+}
+
+// The row tiles that see nothing, where the schedule has any (launched before the kernel that
+// computes the others, on the same stream).
+template <class T, int D>
+void launch_empty_rows(const FwdParams& p, cudaStream_t stream) {
+  if (p.sched.busy_tiles >= p.sched.row_tiles) return;
+  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles - p.sched.busy_tiles), static_cast<unsigned>(p.heads_q));
+  empty_rows_kernel<T, D><<<grid, 128, 0, stream>>>(p);
+  LCA_FLEX_CHECK_LAUNCH("flex_flash empty_rows_kernel");
+}
+
 template <class T, int D, bool kOverlap, bool kPingpong, int kKeys = kTile, int kConsumers = 2, int kSum = 0>
 void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaStream_t stream) {
   using L = Sm90VariantLayout<T, D, kOverlap, kPingpong, kKeys, kConsumers>;
@@ -1001,26 +1031,16 @@ void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaS
   static_assert(kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
   constexpr auto kernel = forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys, false, false, kConsumers, kSum>;
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
-  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q));
+  // A block a busy row tile and head (order's first busy_tiles; forward_block decodes them by the
+  // grid's width), the rows that see nothing apart. Split-KV's grid keeps every part: the combine
+  // reads them all, the empty ones' LSE = -inf.
+  const int32_t tiles = p.splits > 1 ? p.sched.row_tiles : p.sched.busy_tiles;
+  if (p.splits <= 1) launch_empty_rows<T, D>(p, stream);
+  if (tiles == 0) return;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.heads_q));
   kernel<<<grid, L::kThreads, kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
   if (p.splits > 1) launch_combine_parts<T, D>(p, stream);
-}
-
-// The rows of the row tiles that see nothing (order's last row_tiles - busy_tiles): O = 0 and
-// LSE = -inf. A block a (row tile, head), a thread a row.
-template <class T, int D>
-__global__ void __launch_bounds__(128) empty_rows_kernel(const FwdParams p) {
-  const int32_t tile = p.sched.order[p.sched.busy_tiles + static_cast<int32_t>(blockIdx.x)];
-  const int head = static_cast<int>(blockIdx.y);
-  for (int r = threadIdx.x; r < p.sched.tile_rows; r += blockDim.x) {
-    const int64_t row = int64_t{tile} * p.sched.tile_rows + r;
-    if (row >= p.seqlen_q) break;
-    T* dst = static_cast<T*>(p.o) + head * p.o_head + row * p.o_tok;
-#pragma unroll 8
-    for (int d = 0; d < D; ++d) dst[d] = static_cast<T>(0.f);
-    p.lse[head * p.lse_head + row * p.lse_tok] = -INFINITY;
-  }
 }
 
 // The persistent kernel: a block an SM (at most one a busy row tile and head), its row tiles
@@ -1031,11 +1051,7 @@ void launch_forward_sm90_persistent(const FwdParams& p, const Sm90Maps& maps, cu
   using L = Sm90PersistentLayout<T, D>;
   constexpr int kBytes = forward_smem_bytes<L, kSum>();
   static_assert(kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
-  if (p.sched.busy_tiles < p.sched.row_tiles) {
-    const dim3 grid(static_cast<unsigned>(p.sched.row_tiles - p.sched.busy_tiles), static_cast<unsigned>(p.heads_q));
-    empty_rows_kernel<T, D><<<grid, 128, 0, stream>>>(p);
-    LCA_FLEX_CHECK_LAUNCH("flex_flash empty_rows_kernel");
-  }
+  launch_empty_rows<T, D>(p, stream);
   const int64_t items = int64_t{p.sched.busy_tiles} * p.heads_q;
   if (items == 0) return;
   constexpr auto kernel = forward_sm90_kernel<T, D, true, false, 2 * kTile, true, false, 2, kSum>;
@@ -1057,7 +1073,9 @@ void launch_forward_sm90_pair(const FwdParams& p, const Sm90Maps& maps, cudaStre
   static_assert(L::kBytes <= kSm90SmemBytes, "the forward's shared memory exceeds the H100's 227 KiB a block");
   constexpr auto kernel = forward_sm90_kernel<T, D, true, false, kKeys, false, true>;
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
-  const dim3 grid(static_cast<unsigned>(p.sched.row_tiles), static_cast<unsigned>(p.heads_q / 2));
+  launch_empty_rows<T, D>(p, stream);
+  if (p.sched.busy_tiles == 0) return;
+  const dim3 grid(static_cast<unsigned>(p.sched.busy_tiles), static_cast<unsigned>(p.heads_q / 2));
   kernel<<<grid, L::kThreads, L::kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel (pair)");
 }

@@ -422,9 +422,10 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                     };
                     // Warm-up, on while any rank has less than spec.warmup_ms behind it: the
                     // strategies' collectives are inside the calls, so all ranks make each one.
-                    r.warmup_calls = warm_up(be, call, spec.warmup, spec.warmup_ms, [&](bool more) {
-                      return reduce(control, more ? 1.0 : 0.0, LCA_REDUCE_MAX) != 0.0;
-                    });
+                    r.warmup_calls = warm_up(
+                        be, call, spec.warmup, spec.warmup_ms,
+                        [&](bool more) { return reduce(control, more ? 1.0 : 0.0, LCA_REDUCE_MAX) != 0.0; },
+                        &r.warmup_steady);
                     comm_clock.take_ms();
                     kernel_clock.take_ms();
                     std::vector<double> my_ms, my_comm, my_kernel;

@@ -124,17 +124,48 @@ void set_time_stats(CellResult& r) {
   r.max_ms = *hi;
 }
 
+bool times_steady(const std::vector<double>& ms) {
+  // The calls of a window: back from `end`, until they span kSteadyWindowMs and number 3.
+  auto window_start = [&](size_t end) {
+    size_t i = end;
+    double span = 0;
+    while (i > 0 && (span < kSteadyWindowMs || end - i < 3)) span += ms[--i];
+    return span >= kSteadyWindowMs && end - i >= 3 ? i : ms.size();  // size(): too few calls
+  };
+  const size_t b = window_start(ms.size());
+  if (b == ms.size()) return false;
+  const size_t a = window_start(b);
+  if (a == ms.size()) return false;
+  const double before = median_of({ms.begin() + static_cast<std::ptrdiff_t>(a), ms.begin() + static_cast<std::ptrdiff_t>(b)});
+  const double last = median_of({ms.begin() + static_cast<std::ptrdiff_t>(b), ms.end()});
+  return before > 0 && std::abs(last / before - 1.0) <= kSteadyTolerance;
+}
+
 int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms,
-            const std::function<bool(bool)>& agree) {
+            const std::function<bool(bool)>& agree, bool* steady) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < count; ++i) call();
   be.synchronize();
-  return calls_by_time(
-      [&] {
-        call();
-        be.synchronize();
-      },
-      count, t0, min_ms, std::numeric_limits<int>::max(), agree);
+  if (steady) *steady = true;
+  if (min_ms <= 0) return count;
+  const bool gpu = be.type() == LCA_DEVICE_CUDA;
+  std::vector<double> ms;  // the timed warm-up calls' device times (GPU)
+  bool settled = !gpu;
+  int calls = count;
+  for (;; ++calls) {
+    const double elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (gpu && elapsed_ms >= min_ms) settled = times_steady(ms);
+    const bool more = elapsed_ms < min_ms || (!settled && elapsed_ms < min_ms + kSteadyExtraMs);
+    if (!(agree ? agree(more) : more)) break;
+    if (gpu) {
+      ms.push_back(be.time_ms(call));
+    } else {
+      call();
+    }
+    be.synchronize();
+  }
+  if (steady) *steady = settled;
+  return calls;
 }
 
 int time_calls(const std::function<void()>& timed, int count, double min_ms,
@@ -179,6 +210,7 @@ nlohmann::json CellResult::to_json() const {
   if (is_timed(status)) {
     j["plan_ms"] = plan_ms;
     j["warmup_calls"] = warmup_calls;
+    j["warmup_steady"] = warmup_steady;
     j["time_ms"] = {{"median", median_ms}, {"min", min_ms}, {"max", max_ms}, {"all", times_ms}};
     j["tflops"] = tflops;
     if (gemm_fraction > 0) j["gemm_fraction"] = gemm_fraction;
@@ -204,6 +236,7 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
   r.gemm_fraction = j.value("gemm_fraction", 0.0);
   r.plan_ms = j.value("plan_ms", 0.0);
   r.warmup_calls = j.value("warmup_calls", 0);
+  r.warmup_steady = j.value("warmup_steady", true);
   if (j.contains("time_ms")) {
     r.median_ms = j["time_ms"].value("median", 0.0);
     r.min_ms = j["time_ms"].value("min", 0.0);
@@ -386,7 +419,7 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
                              : k->vtable().forward(k->get(), plan, &fa, &exec);
     check_status(s, *k, bwd ? "backward" : "forward");
   };
-  r.warmup_calls = warm_up(be, call, options_.warmup, options_.warmup_ms);
+  r.warmup_calls = warm_up(be, call, options_.warmup, options_.warmup_ms, {}, &r.warmup_steady);
   time_calls(
       [&] {
         be.flush_caches();

@@ -27,6 +27,7 @@ struct CellResult {
   std::string reason;   // why, for every status but ok
   double plan_ms = 0;
   int warmup_calls = 0;  // untimed calls made before the timed ones
+  bool warmup_steady = true;  // false: the warm-up ended on its cap with the calls' times still moving
   std::vector<double> times_ms;
   double median_ms = 0, min_ms = 0, max_ms = 0;
   int64_t area = 0;     // unmasked cells
@@ -78,10 +79,22 @@ RunnerOptions runner_options(const MatrixSpec& spec);
 // The untimed calls before a cell's timed ones: `count` of them, then more until `min_ms` of wall
 // time has passed since the first (MatrixSpec::warmup_ms). Past the count each call is waited for,
 // so that the clock reads the device's time and no more than one call is queued when it runs out.
+// On a GPU the warm-up then goes on while the calls' times still move (times_steady), for at most
+// kSteadyExtraMs more: after a pause (the host planning the cell) the power limiter lets the clock
+// boost and then overshoots, and a cell timed in that dip reads up to 15% slow (docs/DESIGN.md).
+// steady, if given: whether the times had settled when it ended.
 // agree (CP ranks): given whether this rank wants another call, whether all ranks make one; every
 // rank must make the same calls. Returns the calls made.
 int warm_up(Backend& be, const std::function<void()>& call, int count, double min_ms,
-            const std::function<bool(bool)>& agree = {});
+            const std::function<bool(bool)>& agree = {}, bool* steady = nullptr);
+
+// Whether a warm-up's call times (in order, ms) have settled: the median of the last
+// kSteadyWindowMs of calls (3 calls at least) within kSteadyTolerance of the median of the
+// window before it. False while there are not two such windows.
+bool times_steady(const std::vector<double>& ms);
+constexpr double kSteadyWindowMs = 100;    // a tenth of the limiter's ~1 s swing
+constexpr double kSteadyTolerance = 0.015; // above the medians' noise between windows
+constexpr double kSteadyExtraMs = 1200;    // past min_ms: beyond the limiter's overshoot (~0.8-1.2 s)
 
 // The median of a cell's times: the middle one, or the mean of the two middle ones (the host's
 // runner and the CP session report the same statistic). 0 for none.

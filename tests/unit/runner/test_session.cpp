@@ -12,9 +12,12 @@
 #include <csignal>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 namespace lca::test {
 namespace {
@@ -506,6 +509,106 @@ TEST(MedianOf, MiddleOrMeanOfTheTwoMiddlesAndTheCellsStats) {
   EXPECT_DOUBLE_EQ(r.median_ms, 2.5);
   EXPECT_DOUBLE_EQ(r.min_ms, 1.0);
   EXPECT_DOUBLE_EQ(r.max_ms, 4.0);
+}
+
+// times_steady: two windows of >= kSteadyWindowMs and >= 3 calls each, medians within kSteadyTolerance.
+TEST(WarmUpSteady, TwoWindowsOfCallsWhoseMediansAgree) {
+  using core::times_steady;
+  EXPECT_TRUE(times_steady(std::vector<double>(300, 1.0)));
+  EXPECT_FALSE(times_steady({})) << "no calls";
+  EXPECT_FALSE(times_steady({60.0, 60.0, 60.0})) << "one window only";
+  EXPECT_FALSE(times_steady(std::vector<double>(5, 200.0))) << "long calls: 3 a window, so 6 needed";
+  EXPECT_TRUE(times_steady(std::vector<double>(6, 200.0)));
+  // A clock recovering from the limiter's dip (times falling 9.0 -> 7.6 ms over ~500 ms), then
+  // settled for 300 ms.
+  std::vector<double> ms;
+  for (double t = 9.0; t > 7.6; t -= 0.02) ms.push_back(t);
+  EXPECT_FALSE(times_steady(ms)) << "still falling";
+  for (int i = 0; i < 40; ++i) ms.push_back(7.6);
+  EXPECT_TRUE(times_steady(ms)) << "settled";
+  // Moving either way is unsteady: the last window 3% slower (the dip's onset).
+  std::vector<double> slower(200, 1.0);
+  for (int i = 0; i < 100; ++i) slower.push_back(1.03);
+  EXPECT_FALSE(times_steady(slower));
+  // Within the tolerance: noise that alternates, and a 1% step.
+  std::vector<double> noisy;
+  for (int i = 0; i < 400; ++i) noisy.push_back(i % 2 ? 1.05 : 0.95);
+  EXPECT_TRUE(times_steady(noisy));
+  std::vector<double> step(200, 1.0);
+  for (int i = 0; i < 100; ++i) step.push_back(1.01);
+  EXPECT_TRUE(times_steady(step));
+}
+
+// A backend that says it is a GPU and times a call as the script says (no device).
+class ScriptedGpu final : public core::Backend {
+ public:
+  explicit ScriptedGpu(std::function<double(int)> script) : script_(std::move(script)) {}
+  lca_device_type type() const override { return LCA_DEVICE_CUDA; }
+  std::string name() const override { return "scripted"; }
+  const lca_allocator* allocator() override { return nullptr; }
+  size_t current_bytes() const override { return 0; }
+  size_t peak_bytes() const override { return 0; }
+  void reset_peak() override {}
+  void* stream() override { return nullptr; }
+  void fill_random(void*, int64_t, int32_t, uint64_t, float, uint64_t) override {}
+  void poison(void*, size_t) override {}
+  void copy_to_host(void*, const void*, size_t) override {}
+  void copy_from_host(void*, const void*, size_t) override {}
+  void synchronize() override {}
+  double time_ms(const std::function<void()>& fn) override {
+    fn();
+    std::this_thread::sleep_for(std::chrono::microseconds(10));  // some wall time a call
+    return script_(timed_++);
+  }
+  int timed() const { return timed_; }
+
+ private:
+  std::function<double(int)> script_;
+  int timed_ = 0;
+};
+
+// On a GPU the warm-up goes on past warmup_ms while the times move, up to kSteadyExtraMs more
+// (wall time), and says whether they settled.
+TEST(WarmUpSteady, GoesOnWhileTheTimesMoveUpToItsCap) {
+  using clock = std::chrono::steady_clock;
+  auto wall_ms = [](clock::time_point t0) { return std::chrono::duration<double, std::milli>(clock::now() - t0).count(); };
+  {
+    // Settled from the start: ends once warmup_ms has passed.
+    ScriptedGpu be([](int) { return 1.0; });
+    bool steady = false;
+    const auto t0 = clock::now();
+    const int calls = core::warm_up(be, [] {}, 2, 5.0, {}, &steady);
+    EXPECT_TRUE(steady);
+    EXPECT_LT(wall_ms(t0), 5.0 + core::kSteadyExtraMs / 2);
+    EXPECT_GT(calls, 2);
+  }
+  {
+    // Falling for the first 200 timed calls (9 -> 5 ms, 2-8% a window), then flat: ends soon after
+    // the fall, settled.
+    ScriptedGpu be([](int i) { return i < 200 ? 9.0 - 0.02 * i : 5.0; });
+    bool steady = false;
+    core::warm_up(be, [] {}, 1, 1.0, {}, &steady);
+    EXPECT_TRUE(steady);
+    EXPECT_GE(be.timed(), 200) << "not during the fall";
+    EXPECT_LE(be.timed(), 200 + 60) << "two windows (20 calls of 5 ms each) after it";
+  }
+  {
+    // Never settles (a sawtooth: 1.0 -> 1.4 ms over 400 calls, again and again): ends on the cap,
+    // unsteady.
+    ScriptedGpu be([](int i) { return 1.0 + 0.001 * (i % 400); });
+    bool steady = true;
+    const auto t0 = clock::now();
+    core::warm_up(be, [] {}, 1, 10.0, {}, &steady);
+    EXPECT_FALSE(steady);
+    EXPECT_GE(wall_ms(t0), 10.0 + core::kSteadyExtraMs);
+  }
+  {
+    // The CP ranks' agreement decides: a rank that wants no more still makes the calls the others want.
+    ScriptedGpu be([](int) { return 1.0; });
+    int asked = 0;
+    core::warm_up(be, [] {}, 0, 5.0, [&](bool) { return ++asked <= 50; });
+    EXPECT_EQ(be.timed(), 50);
+  }
 }
 
 TEST(ResultsFile, CellRecordsRoundTrip) {

@@ -21,8 +21,9 @@ groups first into one results.jsonl (lcahost --resume, so running it again resum
 
 `report` prints, per mask and pass, the worst ratio of flex_flash's TFLOP/s to its own full at
 the same length, heads, head dim and pass, and the worst ratio to the best peer on the same cell
-(both cells ok), naming each cell with its flex_flash plan_info; the cells that failed their check
-or errored; and PASS / MISS against the targets: own full >= 0.85 fwd / 0.80 bwd (the three
+(both cells ok), naming each cell with its flex_flash plan_info (marked "[warm-up unsteady]" where
+its warm-up ended on the runner's cap with the times still moving, and such cells counted); the
+cells that failed their check or errored; and PASS / MISS against the targets: own full >= 0.85 fwd / 0.80 bwd (the three
 sliding windows 0.75 / 0.70), >= 0.97 of the best peer, full and causal >= 1.0 fwd / 0.97 bwd of
 cudnn_sdpa. --markdown writes a table; --peers limits the peers (e.g. cudnn_sdpa,torch_flex).
 Exit status: 0 every target met and no cell failed, 1 a MISS or a failed cell, 2 bad input.

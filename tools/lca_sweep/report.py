@@ -98,10 +98,27 @@ def analyse(cells, subject="flex_flash", peers=None):
     return measured, problems
 
 
+def unsteady(cell):
+    """Whether the cell's warm-up ended on its cap with the calls' times still moving (the runner's
+    warmup_steady; older records have none and count as steady)."""
+    return cell is not None and cell.get("warmup_steady") is False
+
+
+UNSTEADY_MARK = " [warm-up unsteady]"
+
+
 def describe_cell(cell):
-    """The cell a ratio came from: mask with its parameters, exact length, shape, pass."""
+    """The cell a ratio came from: mask with its parameters, exact length, shape, pass (marked where
+    its warm-up ended unsteady, so that its time may carry the GPU's clock swing)."""
     return (f"{results.mask_label(cell)}  {cell.get('seqlen')} tokens  {cell.get('heads_q')}:{cell.get('heads_kv')} "
-            f"d{cell.get('head_dim')} {cell.get('dtype')} {cell.get('pass')}")
+            f"d{cell.get('head_dim')} {cell.get('dtype')} {cell.get('pass')}" + (UNSTEADY_MARK if unsteady(cell) else ""))
+
+
+def unsteady_line(cells):
+    """How many timed cells ended their warm-up unsteady, or nothing where none did."""
+    timed = [c for c in cells if ok(c)]
+    n = sum(1 for c in timed if unsteady(c))
+    return [f"Cells whose warm-up ended unsteady (times still moving at its cap): {n} of {len(timed)}"] if n else []
 
 
 def flatten(value, prefix=""):
@@ -171,7 +188,7 @@ def tf(x):
     return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
 
 
-def text_lines(rows, problems, subject):
+def text_lines(rows, problems, subject, all_cells):
     out = [f"{subject} in a sweep; targets: own full >= {OWN_TARGET['fwd']:.2f} fwd / {OWN_TARGET['bwd']:.2f} bwd "
            f"(sliding windows {WINDOW_OWN_TARGET['fwd']:.2f} / {WINDOW_OWN_TARGET['bwd']:.2f}), "
            f">= {PEER_TARGET:.2f} of the best peer, full and causal >= {DENSE_TARGET['fwd']:.2f} fwd / "
@@ -199,20 +216,21 @@ def text_lines(rows, problems, subject):
             if split_text(own):
                 out.append(f"          {split_text(own)}")
         if peer:
-            rest = ", ".join(f"{name_of(o)} {tf(o['tflops'])}" for o in sorted(peer["others"], key=lambda o: -o["tflops"]))
+            rest = ", ".join(f"{name_of(o)} {tf(o['tflops'])}" + (UNSTEADY_MARK if unsteady(o) else "")
+                             for o in sorted(peer["others"], key=lambda o: -o["tflops"]))
             out.append(f"    peer: {describe_cell(peer['cell'])}: {tf(peer['cell']['tflops'])} TFLOP/s vs {rest}")
             out.append(f"          plan_info: {plan_info_text(peer['cell'])}")
         if r["dense"] and r["dense"]["cell"] is not (peer or {}).get("cell"):
             d = r["dense"]
             out.append(f"    {DENSE_PEER}: {describe_cell(d['cell'])}: {tf(d['cell']['tflops'])} vs {tf(d['best']['tflops'])} TFLOP/s")
             out.append(f"          plan_info: {plan_info_text(d['cell'])}")
-    out += ["", f"Cells that failed or errored: {len(problems)}"]
+    out += [""] + unsteady_line(all_cells) + [f"Cells that failed or errored: {len(problems)}"]
     for c in problems:
         out.append(f"    {c.get('status')} {name_of(c)} {describe_cell(c)}: {results.message_of(c)}")
     return out
 
 
-def markdown_lines(rows, problems, subject):
+def markdown_lines(rows, problems, subject, all_cells):
     out = [f"| mask | pass | {subject} cells | own full | target | | vs best peer | | {DENSE_PEER} (full, causal) | | worst cells |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     details = []
@@ -240,6 +258,7 @@ def markdown_lines(rows, problems, subject):
             f"full and causal >= {DENSE_TARGET['fwd']:.2f} fwd / {DENSE_TARGET['bwd']:.2f} bwd of {DENSE_PEER}.", ""]
     if details:
         out += ["plan_info of the worst cells:", ""] + details + [""]
+    out += [line + "." for line in unsteady_line(all_cells)]
     out.append(f"Cells that failed or errored: {len(problems)}")
     if problems:
         out.append("")
@@ -254,6 +273,6 @@ def report(paths, markdown=False, subject="flex_flash", peers=None):
     rows, problems = analyse(res.plain(), subject, peers)
     if not any(r["cells"] for r in rows):
         raise results.ResultsError(f"{', '.join(paths)}: no ok {subject} cells to judge")
-    lines = (markdown_lines if markdown else text_lines)(rows, problems, subject)
+    lines = (markdown_lines if markdown else text_lines)(rows, problems, subject, res.plain())
     verdicts = [r[k] for r in rows for k in ("own_verdict", "peer_verdict", "dense_verdict")]
     return lines, "MISS" not in verdicts and not problems

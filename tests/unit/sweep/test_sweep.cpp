@@ -292,6 +292,32 @@ TEST(SweepReport, OwnShareSplitsIntoTileFillAndRateATile) {
   EXPECT_HAS(md.out, "(0.50 of full (tiles filled 0.60 as full's, run at 0.83 of full's rate a tile)): `kernel=k");
 }
 
+// A cell whose warm-up ended on its cap with the times still moving (warmup_steady false) is
+// marked where the report names it, and counted; records without the field count as steady.
+TEST(SweepReport, MarksCellsWhoseWarmUpEndedUnsteady) {
+  SKIP_WITHOUT_PYTHON();
+  TempDir dir("lca_sweep");
+  json slow = cell("flex_flash", "causal", 9000, "fwd", 400);  // 0.80 of full: the worst
+  slow["warmup_steady"] = false;
+  json peer = cell("cudnn_sdpa", "causal", 9000, "fwd", 420);
+  peer["warmup_steady"] = false;
+  json steady_full = cell("flex_flash", "full", 9000, "fwd", 500);
+  steady_full["warmup_steady"] = true;
+  write_results(dir / "results.jsonl", {steady_full, slow, cell("cudnn_sdpa", "full", 9000, "fwd", 490), peer});
+  const auto r = sweep({"report", (dir / "results.jsonl").string()});
+  EXPECT_EQ(r.exit_code, 1) << describe(r);
+  EXPECT_HAS(r.out, "own:  causal  9000 tokens  64:8 d128 bf16 fwd [warm-up unsteady]: 400.0 of full 500.0 TFLOP/s");
+  EXPECT_HAS(r.out, "vs cudnn_sdpa 420.0 [warm-up unsteady]");
+  EXPECT_HAS(r.out, "Cells whose warm-up ended unsteady (times still moving at its cap): 2 of 4");
+  EXPECT_LACKS(line_with(r.out, "peer: full"), "unsteady");
+  const auto md = sweep({"report", (dir / "results.jsonl").string(), "--markdown"});
+  EXPECT_HAS(md.out, "own: causal  9000 tokens  64:8 d128 bf16 fwd [warm-up unsteady]");
+  EXPECT_HAS(md.out, "Cells whose warm-up ended unsteady (times still moving at its cap): 2 of 4.");
+  // Without the field (older records) nothing is marked or counted.
+  write_results(dir / "old.jsonl", {cell("flex_flash", "full", 9000, "fwd", 500), cell("flex_flash", "causal", 9000, "fwd", 400)});
+  EXPECT_LACKS(sweep({"report", (dir / "old.jsonl").string()}).out, "unsteady");
+}
+
 TEST(SweepReport, AllTargetsMetExitsZeroAndBadInputTwo) {
   SKIP_WITHOUT_PYTHON();
   TempDir dir("lca_sweep");

@@ -151,10 +151,15 @@ int warm_up(Backend& be, const std::function<void()>& call, int count, double mi
   const bool gpu = be.type() == LCA_DEVICE_CUDA;
   std::vector<double> ms;  // the timed warm-up calls' device times (GPU)
   bool settled = !gpu;
+  double checked_ms = 0;  // when times_steady last looked: every tenth of a window, not every call,
+                          // so that the host keeps the GPU busy between short calls
   int calls = count;
   for (;; ++calls) {
     const double elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (gpu && elapsed_ms >= min_ms) settled = times_steady(ms);
+    if (gpu && elapsed_ms >= min_ms && (checked_ms == 0 || elapsed_ms - checked_ms >= kSteadyWindowMs / 10)) {
+      settled = times_steady(ms);
+      checked_ms = elapsed_ms;
+    }
     const bool more = elapsed_ms < min_ms || (!settled && elapsed_ms < min_ms + kSteadyExtraMs);
     if (!(agree ? agree(more) : more)) break;
     if (gpu) {

@@ -12,11 +12,11 @@
 // persistent variant a block an SM walks row tiles one after another (Q double-buffered, K and V
 // in rings of their own), and the first S of a row tile is issued beside the last P V of the one
 // before, so that a short row tile (a sliding window's) no longer pays its Q load, a lone S and
-// softmax, a lone P V and a block launch; in the pair variant (overlapped steps on 64-row tiles: 128 keys a step, any
-// two of the row tile's 64-key tiles, or 64 in sm90_pair64) the two consumers take the same 64
-// query rows of two heads that share K and V, so that a mask that changes within 128 rows
-// (block_sparse's 64-token blocks) leaves neither with idle tiles; at head
-// dim 64 the k128 variant runs three consumers on 192-row tiles (sm90_k128_wg3, 160 registers a
+// softmax, a lone P V and a block launch; in the pair variant (overlapped steps on 64-row tiles:
+// 128 keys a step, any two of the row tile's 64-key tiles, or 64 in sm90_pair64) the two consumers
+// take the same 64 query rows of two heads that share K and V, so that a mask that changes within
+// 128 rows (block_sparse's 64-token blocks) leaves neither with idle tiles; at head dim 64 the k128
+// variant runs three consumers on 192-row tiles (sm90_k128_wg3, 160 registers a
 // consumer thread), whose steps are short enough that two consumers leave the tensor cores idle
 // between their softmaxes; at head dim 128 the 64-key skipping variant runs three consumers too
 // (sm90_overlap_wg3: S 32, P 16 and O 64 registers fit the 160, Q read from shared memory), where

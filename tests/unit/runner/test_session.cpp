@@ -557,7 +557,7 @@ class ScriptedGpu final : public core::Backend {
   void synchronize() override {}
   double time_ms(const std::function<void()>& fn) override {
     fn();
-    std::this_thread::sleep_for(std::chrono::microseconds(10));  // some wall time a call
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // wall time a call, as a GPU's
     return script_(timed_++);
   }
   int timed() const { return timed_; }

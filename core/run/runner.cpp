@@ -93,15 +93,14 @@ nlohmann::json read_plan_info(const KernelInstance& k, lca_plan* plan) {
   return j;
 }
 
-// Calls of one() past the `calls` already made, for as long as this process wants more (fewer than
-// `cap` calls in all and less than min_ms since t0) and agree (CP ranks: whether any rank does)
-// says so. Nothing when min_ms is 0, where ranks agree without asking. Returns the calls in all.
-int calls_by_time(const std::function<void()>& one, int calls, std::chrono::steady_clock::time_point t0,
-                  double min_ms, int cap, const std::function<bool(bool)>& agree) {
-  if (min_ms <= 0) return calls;
+// Calls of one() past the `calls` already made, for as long as this process wants more (want,
+// given the calls so far and the milliseconds since t0) and agree (CP ranks: whether any rank does)
+// says so. Returns the calls in all.
+int calls_while(const std::function<void()>& one, int calls, std::chrono::steady_clock::time_point t0,
+                const std::function<bool(int, double)>& want, const std::function<bool(bool)>& agree) {
   for (;; ++calls) {
     const double elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    const bool more = calls < cap && elapsed_ms < min_ms;
+    const bool more = want(calls, elapsed_ms);
     if (!(agree ? agree(more) : more)) break;
     one();
   }
@@ -153,22 +152,24 @@ int warm_up(Backend& be, const std::function<void()>& call, int count, double mi
   bool settled = !gpu;
   double checked_ms = 0;  // when times_steady last looked: every tenth of a window, not every call,
                           // so that the host keeps the GPU busy between short calls
-  int calls = count;
-  for (;; ++calls) {
-    const double elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (gpu && elapsed_ms >= min_ms && (checked_ms == 0 || elapsed_ms - checked_ms >= kSteadyWindowMs / 10)) {
-      settled = times_steady(ms);
-      checked_ms = elapsed_ms;
-    }
-    const bool more = elapsed_ms < min_ms || (!settled && elapsed_ms < min_ms + kSteadyExtraMs);
-    if (!(agree ? agree(more) : more)) break;
-    if (gpu) {
-      ms.push_back(be.time_ms(call));
-    } else {
-      call();
-    }
-    be.synchronize();
-  }
+  const int calls = calls_while(
+      [&] {
+        if (gpu) {
+          ms.push_back(be.time_ms(call));
+        } else {
+          call();
+        }
+        be.synchronize();
+      },
+      count, t0,
+      [&](int, double elapsed_ms) {
+        if (gpu && elapsed_ms >= min_ms && (checked_ms == 0 || elapsed_ms - checked_ms >= kSteadyWindowMs / 10)) {
+          settled = times_steady(ms);
+          checked_ms = elapsed_ms;
+        }
+        return elapsed_ms < min_ms || (!settled && elapsed_ms < min_ms + kSteadyExtraMs);
+      },
+      agree);
   if (steady) *steady = settled;
   return calls;
 }
@@ -177,7 +178,10 @@ int time_calls(const std::function<void()>& timed, int count, double min_ms,
                const std::function<bool(bool)>& agree) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < count; ++i) timed();
-  return calls_by_time(timed, count, t0, min_ms, kMaxTimedCalls, agree);
+  if (min_ms <= 0) return count;  // by count alone: the ranks agree without asking
+  return calls_while(
+      timed, count, t0, [&](int calls, double elapsed_ms) { return calls < kMaxTimedCalls && elapsed_ms < min_ms; },
+      agree);
 }
 
 RunnerOptions runner_options(const MatrixSpec& spec) {

@@ -215,7 +215,8 @@ void backward_impl(const Shape& sh, const SliceIndex& index, const lca_bwd_args&
   Acc* row_lse = delta + sh.heads_q * sh.seqlen_q;
   const auto& slices = index.slices();
   // The LSE tensor is fp32: its rounding alone (~1e-7 relative in P) would cap the fp64 mode's
-  // accuracy, so fp64 accumulation recomputes each row's LSE in fp64 (one more dot a key).
+  // accuracy, so fp64 accumulation recomputes each row's LSE in fp64 (one more dot a key) and uses
+  // it where it matches the given one.
   constexpr bool recompute_lse = std::is_same_v<Acc, double>;
 
   // Pass 1, by query rows: D_i and dQ_i = scale * sum_j P_ij (dP_ij - D_i) K_j.
@@ -239,7 +240,15 @@ void backward_impl(const Shape& sh, const SliceIndex& index, const lca_bwd_args&
       const Acc delta_r = dot(dob, vb, D);
       delta[h * sh.seqlen_q + r] = delta_r;
       Acc lse_r = static_cast<Acc>(lse.at(h, r));
-      if constexpr (recompute_lse) lse_r = row_logsumexp(index, r, qb, k, hk, scale, D, kb);
+      if constexpr (recompute_lse) {
+        // The given LSE may be the whole row's while this call holds part of its keys (a CP
+        // strategy's block): the local one replaces it only where they agree to the fp32 LSE's
+        // rounding and the forward's (the call holds all but a negligible part of the row's mass).
+        const Acc local = row_logsumexp(index, r, qb, k, hk, scale, D, kb);
+        if (std::isfinite(local) && std::isfinite(lse_r) &&
+            std::abs(local - lse_r) <= Acc(1e-6) * std::max(Acc(1), std::abs(lse_r)))
+          lse_r = local;
+      }
       row_lse[h * sh.seqlen_q + r] = lse_r;
       std::fill(dqb, dqb + D, Acc(0));
       for (int32_t id : rows.slices_of(seg)) {

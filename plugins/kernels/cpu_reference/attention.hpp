@@ -30,7 +30,9 @@ void attention_forward(const Shape& shape, const SliceIndex& index, const lca_fw
 
 // Overwrites dq, dk and dv. dK/dV of a kv head sum over the query heads of its group. With
 // fp32 accumulation P = exp(s - lse) uses the given LSE; with fp64 each row's LSE is recomputed
-// in fp64, since the fp32 LSE tensor would otherwise limit P to ~1e-7 relative.
+// in fp64, since the fp32 LSE tensor would otherwise limit P to ~1e-7 relative, and used where it
+// agrees with the given one to 1e-6 (relative): a call that holds part of a row's keys (a CP
+// strategy's block, given the merged LSE) uses the given one.
 void attention_backward(const Shape& shape, const SliceIndex& index, const lca_bwd_args& args,
                         Accumulate acc, int threads, void* workspace);
 

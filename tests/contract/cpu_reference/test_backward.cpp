@@ -156,6 +156,45 @@ TEST(CpuReferenceBackward, OverwritesOutputs) {
   for (int64_t i = 0; i < a.dv.numel(); ++i) ASSERT_EQ(a.dv.at(i), b.dv.at(i));
 }
 
+// A call over part of the keys, given the whole row's O and LSE (a CP strategy's block): its dQ
+// is its share of the whole dQ and its dK/dV are the whole's for its keys, in both accumulations
+// (fp64's recomputed LSE must not replace the given one where the call holds part of a row).
+TEST(CpuReferenceBackward, KeyBlocksGivenTheWholeLseAddUp) {
+  const int64_t S = 40, half = 17;
+  Problem whole{S, S, 4, 2, 12, LCA_DTYPE_F64, 0.3f, {slice(0, S, 0, S, LCA_SLICE_FULL)}};
+  for (const char* config : {"{}", R"({"accumulate":"f64"})"}) {
+    SCOPED_TRACE(config);
+    Case c = random_case(whole, 21);
+    const Grads g = run_both(c, config, 1);
+    Tensor dq_sum = whole.make_q();
+    for (int64_t i = 0; i < dq_sum.numel(); ++i) dq_sum.set_at(i, 0.0);
+    for (auto [k0, k1] : {std::pair<int64_t, int64_t>{0, half}, {half, S}}) {
+      Problem part = whole;
+      part.seqlen_k = k1 - k0;
+      part.slices = {slice(0, S, 0, k1 - k0, LCA_SLICE_FULL)};
+      Tensor k = part.make_kv(), v = part.make_kv(), dq = part.make_q(), dk = part.make_kv(), dv = part.make_kv();
+      for (int64_t r = 0; r < k1 - k0; ++r)
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t d = 0; d < 12; ++d) {
+            k.set(r, h, d, c.k.get(k0 + r, h, d));
+            v.set(r, h, d, c.v.get(k0 + r, h, d));
+          }
+      Kernel kernel(config, 1);
+      ASSERT_EQ(kernel.plan(part).status, LCA_OK);
+      Tensor o = g.o, lse = g.lse;
+      ASSERT_EQ(kernel.backward(c.q, k, v, o, c.w, lse, dq, dk, dv).status, LCA_OK);
+      for (int64_t i = 0; i < dq.numel(); ++i) dq_sum.set_at(i, dq_sum.at(i) + dq.at(i));
+      for (int64_t r = 0; r < k1 - k0; ++r)
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t d = 0; d < 12; ++d) {
+            ASSERT_NEAR(dk.get(r, h, d), g.dk.get(k0 + r, h, d), 1e-6) << "key " << k0 + r;
+            ASSERT_NEAR(dv.get(r, h, d), g.dv.get(k0 + r, h, d), 1e-6) << "key " << k0 + r;
+          }
+    }
+    for (int64_t i = 0; i < dq_sum.numel(); ++i) ASSERT_NEAR(dq_sum.at(i), g.dq.at(i), 1e-6) << "dq[" << i << "]";
+  }
+}
+
 // dK/dV are race-free: any thread count gives the same bits.
 TEST(CpuReferenceBackward, ThreadCountDoesNotChangeBits) {
   Problem p{150, 150, 8, 2, 32, LCA_DTYPE_BF16, 0.2f, hand_masks()[6].build(150)};

@@ -44,13 +44,29 @@ void check_cp_options(const std::string& text) {
     throw std::runtime_error("--cp-options '" + text + "' is not a JSON object; give one, e.g. '{\"ulysses_degree\":2}'");
 }
 
+// --kernel-options in a CP run: options for the local kernel (--cp-kernel), the only kernel there is.
+nlohmann::json cp_kernel_options(const Options& opt) {
+  core::MatrixSpec parsed;
+  core::select_kernels(parsed, {}, opt.kernel_options);  // KERNEL=JSON-OBJECT, refused with the usage otherwise
+  nlohmann::json options = nlohmann::json::object();
+  for (const auto& [name, o] : parsed.kernel_options) {
+    if (name != opt.cp_kernel)
+      throw std::runtime_error("--kernel-options names '" + name + "', but this CP run's local kernel is '" + opt.cp_kernel +
+                               "' (--cp-kernel); give " + opt.cp_kernel + "='{...}'");
+    options.update(o);
+  }
+  return options;
+}
+
 }  // namespace
 
 int cmd_cp(Options opt, int* argc, char*** argv) {
   check_cp_options(opt.cp_options);
+  const nlohmann::json kernel_options = cp_kernel_options(opt);
   check_results_file_options(opt);
 #if !defined(LCA_HAVE_MPI)
   (void)opt;
+  (void)kernel_options;
   (void)argc;
   (void)argv;
   throw std::runtime_error("--cp needs MPI: this lcahost was built without it (install libopenmpi-dev and rebuild)");
@@ -92,7 +108,7 @@ int cmd_cp(Options opt, int* argc, char*** argv) {
     if (root)
       for (const auto& l : lines) spdlog::info("{}", l);
 
-    core::CPOptions cp{opt.cp, opt.cp_kernel, opt.cp_options, lines};
+    core::CPOptions cp{opt.cp, opt.cp_kernel, opt.cp_options, kernel_options, lines};
     core::SessionOptions so;
     so.out = opt.resume.empty() ? opt.out : opt.resume;
     so.resume = !opt.resume.empty();

@@ -214,7 +214,10 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
     throw std::runtime_error("--cp-kernel " + cp.kernel + " runs on " + kernel_rec->manifest.kernel.device +
                              ", this CP run is on " + dev + "; pick a " + dev + " kernel (cpu_reference on cpu, "
                              "flex_flash on cuda)");
-  auto kernel = registry.make_kernel(*kernel_rec);
+  // The local kernel with the options given for it; its cells are labelled with them
+  // (balanced/flex_flash[fwd_split=auto]), so that runs with and without them stay apart.
+  auto kernel = registry.make_kernel(*kernel_rec, cp.kernel_options.dump());
+  const std::string kernel_label = default_kernel_label(cp.kernel, cp.kernel_options);
   // The host lends the strategies a timed view of the kernel and of the world.
   IntervalClock kernel_clock, comm_clock;
   TimedKernel timed_kernel(kernel->ref(), kernel_clock);
@@ -251,6 +254,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
       nlohmann::json run = options.environment;
       run["cp"] = {{"world_size", W}, {"local_size", world.local_size()}, {"backend", world.backend()},
                    {"device", dev}, {"kernel", cp.kernel}, {"options", cp_options}};
+      if (!cp.kernel_options.empty()) run["cp"]["kernel_options"] = cp.kernel_options;
       if (!cp.ranks.empty()) run["cp"]["ranks"] = cp.ranks;
       run["matrix"] = matrix_record(spec);
       run["resumed"] = done.size();
@@ -263,7 +267,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
   TablePrinter table(out);
   if (root) {
     out << "# lca cp matrix '" << spec.name << "': world size " << W << " on " << dev << " (" << world.backend()
-        << ", " << world.local_size() << " per node), local kernel " << cp.kernel << "\n";
+        << ", " << world.local_size() << " per node), local kernel " << kernel_label << "\n";
     table.header();
   }
 
@@ -285,7 +289,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                 const bool bwd = pass == "bwd";
                 const bool checked = checks_length(spec, S);  // the same on every rank
                 CellResult r;
-                r.cell = Cell{srec->name() + "/" + cp.kernel, dev, mspec, S, heads, D, dtype_name, pass, ""};
+                r.cell = Cell{srec->name() + "/" + kernel_label, dev, mspec, S, heads, D, dtype_name, pass, ""};
                 r.cp_config = config_that_runs(srec->name(), cp_options, W, world.local_size(), heads);
                 // Only rank 0 read the resumed file: it tells the others which cells are done.
                 if (options.resume &&

@@ -23,6 +23,7 @@ struct CPOptions {
   std::vector<std::string> strategies;  // plugin names; {"*"} = every loaded strategy
   std::string kernel;                   // kernel plugin for local blocks
   std::string options_json = "{}";      // strategy options (degrees ...)
+  nlohmann::json kernel_options = nlohmann::json::object();  // the local kernel's (--kernel-options KERNEL=JSON)
   std::vector<std::string> ranks;       // per rank: its device and communicator, for the run record
 };
 

@@ -373,5 +373,16 @@ TEST_F(Cli, CpOptionsAreReadBeforeAnything) {
   EXPECT_HAS(r.err, "not a JSON object");
 }
 
+// --kernel-options in a CP run are the local kernel's: another kernel's are refused before MPI starts.
+TEST_F(Cli, CpKernelOptionsNameTheLocalKernel) {
+  auto r = lcahost({"--cp", "ulysses", "--kernel-options", R"(flex_flash={"fwd_split": "auto"})"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "--kernel-options names 'flex_flash'");
+  EXPECT_HAS(r.err, "local kernel is 'cpu_reference'");
+  r = lcahost({"--cp", "ulysses", "--kernel-options", "cpu_reference=[1]"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "expected KERNEL=JSON-OBJECT");
+}
+
 }  // namespace
 }  // namespace lca::test

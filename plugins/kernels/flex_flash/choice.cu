@@ -46,8 +46,16 @@ ForwardChoice split_grid_kernel(const Options& o, int32_t head_dim, const TileSc
   switch (dev::sm90_forward_kernel(o.forward, s.tile_rows, idle_share(s), mean_tiles(s), s.max_tiles, group, head_dim)) {
     case dev::Sm90FwdKernel::k128: return ForwardChoice::sm90_k128;
     case dev::Sm90FwdKernel::k128_wg3: return ForwardChoice::sm90_k128_wg3;
+    case dev::Sm90FwdKernel::persistent: return ForwardChoice::sm90_persistent;
     default: return ForwardChoice::sm90_auto;
   }
+}
+
+std::vector<int32_t> forced_split_parts(const Options& o, const TileSchedule& s) {
+  if (o.fwd_split >= 2 && o.fwd_split <= kMaxSplitKvParts)
+    return std::vector<int32_t>(static_cast<size_t>(s.row_tiles), o.fwd_split);
+  if (o.fwd_split >= 12 && o.fwd_split <= 10 + kMaxSplitKvParts) return long_walk_parts(s, o.fwd_split - 10);
+  return {};
 }
 
 BwdPairing backward_pairing(const Options& o) {

@@ -96,8 +96,12 @@ class FlexPlan final : public lca::IPlan {
   // Split-KV (split_row_tiles): the parts a row tile of fwd is (1: none), the grid kernel that
   // runs them (passed as the "forward" choice), and the parts' fp32 O and LSE, made on the first
   // forward call (a backward cell does not carry them).
-  int32_t fwd_splits = 1;
+  int32_t fwd_splits = 1;  // the most parts of a row tile
   ForwardChoice fwd_grid = ForwardChoice::sm90_auto;
+  // The split schedule's FwdParams::part_of, split_rows and split_first; its split row tiles and
+  // the parts' places in all.
+  DeviceBuffer part_of, split_rows, split_first;
+  int32_t fwd_split_rows = 0, fwd_places = 0;
   // The unsplit schedule's row tiles, busy row tiles and mean tiles a row tile, for plan_info.
   int32_t fwd_row_tiles = 0, fwd_busy_tiles = 0;
   float fwd_mean_tiles = 0.f;
@@ -124,6 +128,7 @@ class FlexPlan final : public lca::IPlan {
     j["forward"] = {{"kernel", launched_forward_kernel(f, problem.head_dim)},
                     {"row_sums", launched_forward_row_sums(f, problem.head_dim)},
                     {"splits", fwd_splits},
+                    {"split_row_tiles", fwd_split_rows},
                     {"tile_rows", fwd.tile_rows},
                     {"row_tiles", fwd_row_tiles},
                     {"busy_row_tiles", fwd_busy_tiles},
@@ -265,23 +270,32 @@ class FlexFlash final : public lca::IKernel {
       TileSchedule rows192 = with_order(build_schedule(mask, /*by_query=*/true, 3 * kTile));
       // At head dim 64, where the grid may split (split_grid_kernel), both grids by their best split.
       const bool may_split = d == 64 && split_grid_kernel(o, d, fwd, group) != ForwardChoice::sm90_auto;
-      const int32_t forced_parts = o.fwd_split > 1 ? o.fwd_split : 0;
-      const bool keeps = may_split ? wg3_split_keeps_gain(fwd, rows192, heads_q, sms, forced_parts)
+      std::function<std::vector<int32_t>(const TileSchedule&)> forced;
+      if (o.fwd_split > 1) forced = [&](const TileSchedule& s) { return forced_split_parts(o, s); };
+      const bool keeps = may_split ? wg3_split_keeps_gain(fwd, rows192, heads_q, sms, forced)
                                    : wg3_grid_keeps_gain(d, fwd, rows192, heads_q, sms);
       if (wg3_forward_forced(o, d) || keeps) fwd = std::move(rows192);
     }
     plan->fwd_row_tiles = fwd.row_tiles;
     plan->fwd_busy_tiles = fwd.busy_tiles;
     plan->fwd_mean_tiles = static_cast<float>(mean_tiles(fwd));
-    // Split-KV on the grid kernels: the parts by forward_split_parts' rule, or the "fwd_split" option's.
+    // Split-KV: the parts by forward_split_parts' rule, or the "fwd_split" option's.
     if (const ForwardChoice grid = split_grid_kernel(o, static_cast<int32_t>(pr.head_dim), fwd, group);
         grid != ForwardChoice::sm90_auto) {
-      const int32_t parts =
-          o.fwd_split > 1 ? o.fwd_split : forward_split_parts(fwd, heads_q, sms, static_cast<int32_t>(pr.head_dim));
-      if (parts > 1) {
+      const std::vector<int32_t> parts = o.fwd_split > 1 ? forced_split_parts(o, fwd)
+                                                         : forward_split_parts(fwd, heads_q, sms, static_cast<int32_t>(pr.head_dim));
+      if (most_parts(parts) > 1) {
         fwd = split_row_tiles(fwd, parts);
-        plan->fwd_splits = parts;
+        plan->fwd_splits = most_parts(parts);
         plan->fwd_grid = grid;
+        std::vector<int32_t> part_of;  // FwdParams::part_of: {row tile, place} a row tile of fwd
+        part_of.reserve(2 * fwd.part_row.size());
+        for (size_t v = 0; v < fwd.part_row.size(); ++v) part_of.insert(part_of.end(), {fwd.part_row[v], fwd.part_place[v]});
+        plan->part_of = upload(part_of, exec, "split-KV's row tiles and places");
+        plan->split_rows = upload(fwd.split_rows, exec, "split-KV's split row tiles");
+        plan->split_first = upload(fwd.split_first, exec, "split-KV's first places");
+        plan->fwd_split_rows = static_cast<int32_t>(fwd.split_rows.size());
+        plan->fwd_places = fwd.split_first.empty() ? 0 : fwd.split_first.back();
       }
     }
     plan->fwd = upload(fwd, exec);
@@ -326,14 +340,18 @@ class FlexFlash final : public lca::IKernel {
     p.forward = plan.options.forward;
     p.sum = plan.options.fwd_sum;
     if (plan.fwd_splits > 1) {
-      const size_t rows = static_cast<size_t>(plan.fwd_splits) * static_cast<size_t>(pr.heads_q) *
-                          static_cast<size_t>(pr.seqlen_q);
+      // A place a part of a split row tile: its rows' fp32 O and LSE, every head.
+      const size_t rows = static_cast<size_t>(plan.fwd_places) * static_cast<size_t>(pr.heads_q) *
+                          static_cast<size_t>(plan.fwd.tile_rows);
       if (plan.part_o.empty()) {
         plan.part_o = DeviceBuffer(exec.allocator, rows * pr.head_dim * sizeof(float), "the forward's split parts' O");
         plan.part_lse = DeviceBuffer(exec.allocator, rows * sizeof(float), "the forward's split parts' LSE");
       }
       p.forward = plan.fwd_grid;
-      p.splits = plan.fwd_splits;
+      p.part_of = plan.part_of.as<int32_t>();
+      p.split_rows = plan.split_rows.as<int32_t>();
+      p.split_first = plan.split_first.as<int32_t>();
+      p.split_count = plan.fwd_split_rows;
       p.part_o = plan.part_o.as<float>();
       p.part_lse = plan.part_lse.as<float>();
     }

@@ -26,7 +26,8 @@
 // 192-row tiles (three consumers).
 // Rule: the same tile order as the mma.sync kernel (TileCursor); masking only on partial tiles;
 // rows that see nothing get O = 0, LSE = -inf (the row tiles that see nothing by empty_rows_kernel,
-// outside the grid, but in split-KV's grid).
+// outside the kernels' grids). Split-KV (FwdParams::part_of): the grid kernels and the persistent
+// one write a split row tile's parts apart, combine_parts_kernel merges them; not the pair kernel.
 #pragma once
 
 #include "cuda_check.hpp"
@@ -107,8 +108,9 @@ using Sm90VariantLayout =
 struct PersistentSlot {
   int32_t q_tile, head, run, run_end;
   TileRun first;
+  int32_t place, unused[3];  // split-KV's place of the row tile's part (FwdParams::part_of), or -1
 };
-static_assert(sizeof(PersistentSlot) == 32);
+static_assert(sizeof(PersistentSlot) == 48);
 
 // The persistent forward (kPersistent: 128-key overlapped steps, a block an SM walking row tiles
 // one after another): two Q buffers, so that the next row tile's Q lands while this one's steps
@@ -221,11 +223,13 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
                                                        static_cast<int32_t>(gridDim.y),
                                                        kPair ? p.sched.heads_together / 2 : p.sched.heads_together);
   int32_t q_tile = kPersistent ? 0 : p.sched.order[blk.at];
-  // Split-KV (FwdParams::splits, the grid kernels): the schedule's row tile q_tile is part
-  // q_tile % splits of row tile q_tile / splits, whose Q it loads; its O and LSE go to the parts'
-  // fp32 buffers (finish_part). The cursors walk the part's runs (q_tile).
-  const int32_t splits = kPersistent || kPair ? 1 : p.splits;
-  const int32_t row_tile = q_tile / splits, part = q_tile % splits;
+  // Split-KV (FwdParams::part_of; the persistent kernel's producer reads it per row tile): the
+  // schedule's row tile q_tile is a part of row tile row_tile, whose Q it loads; where place >= 0
+  // its O and LSE go to the parts' fp32 buffers (finish_part). The cursors walk the part's runs
+  // (q_tile).
+  const bool split = !kPersistent && !kPair && p.part_of != nullptr;
+  const int32_t row_tile = split ? p.part_of[2 * q_tile] : q_tile;
+  int32_t place = split ? p.part_of[2 * q_tile + 1] : -1;  // (persistent: the tile being computed's)
   int h = kPersistent ? 0 : (kPair ? 2 : 1) * blk.head;
   const int wg = threadIdx.x >> 7;
   if (threadIdx.x == 0) {
@@ -322,10 +326,12 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
           }
           // Only row tiles with runs: launch_forward_sm90_persistent writes the others' rows.
           const ForwardBlock at = forward_block(item, busy, p.heads_q, p.sched.heads_together);
-          const int32_t tile_row = p.sched.order[at.at];
+          const int32_t part_tile = p.sched.order[at.at];  // the schedule's (a part, where split)
+          const int32_t tile_row = p.part_of ? p.part_of[2 * part_tile] : part_tile;
           const int head = at.head, head_kv = head / p.group;
-          TileCursor cur(p.sched.runs, p.sched.run_offsets, tile_row);
+          TileCursor cur(p.sched.runs, p.sched.run_offsets, part_tile);
           slots[b].q_tile = tile_row;
+          slots[b].place = p.part_of ? p.part_of[2 * part_tile + 1] : -1;
           slots[b].head = head;
           slots[b].run = cur.run;
           slots[b].run_end = cur.run_end;
@@ -621,7 +627,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
   // Split-KV's finish: this part's O (normalized by its own sums) and LSE, fp32, straight from the
   // registers to its slots in part_o / part_lse (8-byte stores; no shared memory, no TMA). Rows
   // that see nothing in the part get O = 0 and LSE = -inf, which the combine weighs 0.
-  auto finish_part = [&](int32_t tile_row, int32_t part_index, int head, const float (&rmax)[2],
+  auto finish_part = [&](int32_t tile_row, int32_t part_place, int head, const float (&rmax)[2],
                          const float (&rsum)[2]) {
     const int64_t q0 = int64_t{tile_row} * kTileRows;
 #pragma unroll
@@ -634,7 +640,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       const int64_t row = q0 + tile_row0 + g + 8 * r;
       if (row >= p.seqlen_q) continue;
-      const int64_t slot = (int64_t{part_index} * p.heads_q + head) * p.seqlen_q + row;
+      const int64_t slot = (int64_t{part_place} * p.heads_q + head) * kTileRows + (row - q0);
       float* dst = p.part_o + slot * D + 2 * t4;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n)
@@ -719,6 +725,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       const int32_t tile = uniform(slot.q_tile);
       if (tile < 0) return false;
       q_tile = tile;
+      place = uniform(slot.place);
       h = uniform(slot.head);
       q_buf = b;
       const TileRun first{uniform(slot.first.begin), uniform(slot.first.end), uniform(slot.first.mask),
@@ -747,8 +754,8 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       pack_p();
       vprev = vx;
       vx.next();
-      int32_t pv_tile = q_tile;  // the row tile, head and Q buffer of the P V still to issue
-      int pv_head = h, pv_buf = q_buf;
+      int32_t pv_tile = q_tile, pv_place = place;  // the row tile (place), head and Q buffer of the
+      int pv_head = h, pv_buf = q_buf;               // P V still to issue
       // One step: its S beside the P V of the step before. kBoundary: the first step of a row
       // tile, whose softmax starts from nothing, and whose P V is the last of the tile before:
       // that tile's O leaves once it is done.
@@ -782,7 +789,8 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
             kept_sum[0] = osum[0];
             kept_sum[1] = osum[2];
           }
-          finish(pv_tile, pv_head, kept_max, kept_sum, sq + pv_buf * L::kQBytes);
+          if (pv_place >= 0) finish_part(pv_tile, pv_place, pv_head, kept_max, kept_sum);
+          else finish(pv_tile, pv_head, kept_max, kept_sum, sq + pv_buf * L::kQBytes);
           pending = pv_buf;
           zero_o();
         } else {
@@ -795,6 +803,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       for (;;) {
         while (cur.valid()) step.template operator()<false>();
         pv_tile = q_tile;
+        pv_place = place;
         pv_head = h;
         pv_buf = q_buf;
         if (!take_tile()) break;
@@ -807,7 +816,8 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
       fence_o();
       sm90::mbar_arrive(pv_empty(vprev.stage));
       take_sums();
-      finish(pv_tile, pv_head, row_max, row_sum, sq + pv_buf * L::kQBytes);
+      if (pv_place >= 0) finish_part(pv_tile, pv_place, pv_head, row_max, row_sum);
+      else finish(pv_tile, pv_head, row_max, row_sum, sq + pv_buf * L::kQBytes);
       pending = pv_buf;
     }
     release_pending();  // the block's shared memory stays until the TMA unit has read the last O
@@ -918,7 +928,7 @@ __global__ void __launch_bounds__(128 * (1 + kConsumers), 1)
   }
   if constexpr (!kPersistent) {
     take_sums();
-    if (splits > 1) finish_part(row_tile, part, h, row_max, row_sum);
+    if (place >= 0) finish_part(row_tile, place, h, row_max, row_sum);
     else finish(row_tile, h, row_max, row_sum, sq);
     if (maps.o_tma && (threadIdx.x & 127) == 0) sm90::bulk_wait_read<0>();  // before the block's shared memory goes
   }
@@ -952,23 +962,29 @@ constexpr int forward_smem_bytes() {
   return L::kBytes + (kSum > 0 ? 2048 : 0);
 }
 
-// Split-KV's combine (FwdParams::splits > 1): O and LSE of a row from its parts' fp32 O and LSE,
-// each part weighed by exp(its LSE - the largest); rows no part sees get O = 0, LSE = -inf. A
-// thread 8 columns of a row, head dim / 8 threads a row; a block 128 threads, blockIdx.y the head.
+// Split-KV's combine (FwdParams::part_of): O and LSE of a split row tile's rows from its parts'
+// fp32 O and LSE, each part weighed by exp(its LSE - the largest); rows no part sees get O = 0,
+// LSE = -inf. A thread 8 columns of a row, head dim / 8 threads a row; a block 128 threads over
+// rows of one split row tile (blockIdx.x: the split row tile by the tile's blocks), blockIdx.y
+// the head.
 template <class T, int D>
 __global__ void __launch_bounds__(128) combine_parts_kernel(const FwdParams p) {
   constexpr int kThreadsPerRow = D / 8, kRowsPerBlock = 128 / kThreadsPerRow;
+  const int tile_blocks = (p.sched.tile_rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int split = static_cast<int>(blockIdx.x) / tile_blocks;
   const int head = static_cast<int>(blockIdx.y);
-  const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  const int r = (static_cast<int>(blockIdx.x) % tile_blocks) * kRowsPerBlock + static_cast<int>(threadIdx.x) / kThreadsPerRow;
+  const int64_t row = int64_t{p.split_rows[split]} * p.sched.tile_rows + r;
   const int col = static_cast<int>(threadIdx.x % kThreadsPerRow) * 8;
-  if (row >= p.seqlen_q) return;
-  auto slot = [&](int j) { return (int64_t{j} * p.heads_q + head) * p.seqlen_q + row; };
+  if (r >= p.sched.tile_rows || row >= p.seqlen_q) return;
+  const int first = p.split_first[split], end = p.split_first[split + 1];
+  auto slot = [&](int place) { return (int64_t{place} * p.heads_q + head) * p.sched.tile_rows + r; };
   float m = -INFINITY;
-  for (int j = 0; j < p.splits; ++j) m = fmaxf(m, p.part_lse[slot(j)]);
+  for (int j = first; j < end; ++j) m = fmaxf(m, p.part_lse[slot(j)]);
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   float weights = 0.f;
   if (m != -INFINITY) {
-    for (int j = 0; j < p.splits; ++j) {
+    for (int j = first; j < end; ++j) {
       const float w = expf(p.part_lse[slot(j)] - m);
       weights += w;
       const float4* src = reinterpret_cast<const float4*>(p.part_o + slot(j) * D + col);
@@ -987,23 +1003,26 @@ __global__ void __launch_bounds__(128) combine_parts_kernel(const FwdParams p) {
 
 template <class T, int D>
 void launch_combine_parts(const FwdParams& p, cudaStream_t stream) {
+  if (p.split_count == 0) return;
   constexpr int kRowsPerBlock = 128 / (D / 8);
-  const dim3 grid(static_cast<unsigned>((p.seqlen_q + kRowsPerBlock - 1) / kRowsPerBlock),
-                  static_cast<unsigned>(p.heads_q));
+  const int tile_blocks = (p.sched.tile_rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const dim3 grid(static_cast<unsigned>(p.split_count * tile_blocks), static_cast<unsigned>(p.heads_q));
   combine_parts_kernel<T, D><<<grid, 128, 0, stream>>>(p);
   LCA_FLEX_CHECK_LAUNCH("flex_flash combine_parts_kernel");
 }
 
-// The rows of the row tiles that see nothing (order's last row_tiles - busy_tiles): O = 0 and
-// LSE = -inf. A block a (row tile, head); a row's O in 16-byte stores by head dim / 8 threads side
-// by side (a row a thread, 2 bytes a store, had every warp store touch 32 rows: on the fetched
-// stages of balanced's staged forward, most of a call's rows, it ran at a fraction of the memory's
-// speed), its LSE by the next threads.
+// The rows of the row tiles that see nothing (order's last row_tiles - busy_tiles; never a split
+// row tile's part: split_row_tiles gives every part tiles): O = 0 and LSE = -inf. A block a
+// (row tile, head); a row's O in 16-byte stores by head dim / 8 threads side by side (a row a
+// thread, 2 bytes a store, had every warp store touch 32 rows: on the fetched stages of
+// balanced's staged forward, most of a call's rows, it ran at a fraction of the memory's speed),
+// its LSE by the next threads.
 template <class T, int D>
 __global__ void __launch_bounds__(128) empty_rows_kernel(const FwdParams p) {
   static_assert(D * sizeof(T) % 16 == 0, "a row's O is written in 16-byte pieces");
   constexpr int kThreadsPerRow = D * static_cast<int>(sizeof(T)) / 16, kRowsAtOnce = 128 / kThreadsPerRow;
-  const int32_t tile = p.sched.order[p.sched.busy_tiles + static_cast<int32_t>(blockIdx.x)];
+  const int32_t at = p.sched.order[p.sched.busy_tiles + static_cast<int32_t>(blockIdx.x)];
+  const int32_t tile = p.part_of ? p.part_of[2 * at] : at;
   const int head = static_cast<int>(blockIdx.y);
   const int64_t first = int64_t{tile} * p.sched.tile_rows;
   const int64_t rows = p.seqlen_q - first < p.sched.tile_rows ? p.seqlen_q - first : int64_t{p.sched.tile_rows};
@@ -1032,15 +1051,13 @@ void launch_forward_sm90_variant(const FwdParams& p, const Sm90Maps& maps, cudaS
   constexpr auto kernel = forward_sm90_kernel<T, D, kOverlap, kPingpong, kKeys, false, false, kConsumers, kSum>;
   LCA_FLEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   // A block a busy row tile and head (order's first busy_tiles; forward_block decodes them by the
-  // grid's width), the rows that see nothing apart. Split-KV's grid keeps every part: the combine
-  // reads them all, the empty ones' LSE = -inf.
-  const int32_t tiles = p.splits > 1 ? p.sched.row_tiles : p.sched.busy_tiles;
-  if (p.splits <= 1) launch_empty_rows<T, D>(p, stream);
-  if (tiles == 0) return;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.heads_q));
+  // grid's width), the rows that see nothing apart, and split-KV's parts combined after.
+  launch_empty_rows<T, D>(p, stream);
+  if (p.sched.busy_tiles == 0) return;
+  const dim3 grid(static_cast<unsigned>(p.sched.busy_tiles), static_cast<unsigned>(p.heads_q));
   kernel<<<grid, L::kThreads, kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel");
-  if (p.splits > 1) launch_combine_parts<T, D>(p, stream);
+  launch_combine_parts<T, D>(p, stream);
 }
 
 // The persistent kernel: a block an SM (at most one a busy row tile and head), its row tiles
@@ -1063,6 +1080,7 @@ void launch_forward_sm90_persistent(const FwdParams& p, const Sm90Maps& maps, cu
   LCA_FLEX_CUDA_CHECK(cudaMemsetAsync(p.sched.counter, 0, sizeof(int32_t), stream));
   kernel<<<grid, L::kThreads, kBytes, stream>>>(p, maps);
   LCA_FLEX_CHECK_LAUNCH("flex_flash forward_sm90_kernel (persistent)");
+  launch_combine_parts<T, D>(p, stream);
 }
 
 // The pair kernel: a block a (64-row tile, two query heads of one kv head), kKeys keys a step;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -74,11 +75,16 @@ struct FwdParams {
   DeviceSchedule sched;    // rows are query tiles
   ForwardChoice forward = ForwardChoice::sm90_auto;  // the instance's "forward" option (options.hpp)
   int32_t sum = -1;  // the "fwd_sum" option: the Hopper forward's row sums at head dim 64 (-1: sm90_forward_sum's rule)
-  // Split-KV (split_row_tiles, forward_split_parts): sched's row tile v is part v % splits of row
-  // tile v / splits; the grid kernels (sm90_k128, sm90_k128_wg3) write each part's O, normalized,
-  // and LSE in fp32 to part_o / part_lse (part j, head h, row r at (j * heads_q + h) * seqlen_q + r;
-  // part_o head_dim floats a row), and combine_parts_kernel makes O and LSE of them. 1: no split.
-  int32_t splits = 1;
+  // Split-KV (split_row_tiles, forward_split_parts), else null: sched's row tile v is a part of row
+  // tile part_of[2 v] whose O, normalized, and LSE go in fp32 to place part_of[2 v + 1] of part_o /
+  // part_lse (place p, head h, row r of the tile at (p * heads_q + h) * tile_rows + r; part_o
+  // head_dim floats a row), or, place -1, that whole row tile, written as usual. The split row tiles
+  // are split_rows[i], their parts at places split_first[i] .. split_first[i + 1] - 1 (split_count
+  // of them): combine_parts_kernel makes their O and LSE.
+  const int32_t* part_of = nullptr;
+  const int32_t* split_rows = nullptr;
+  const int32_t* split_first = nullptr;
+  int32_t split_count = 0;
   float* part_o = nullptr;
   float* part_lse = nullptr;
 };
@@ -148,11 +154,14 @@ bool wg3_forward(const Options& o, int32_t head_dim, double idle_share, double m
 // Whether the "forward" option asks for that kernel (sm90_k128_wg3 at head dim 64, sm90_overlap_wg3
 // at 128): then on every mask, whatever the dispatch.
 bool wg3_forward_forced(const Options& o, int32_t head_dim);
-// The grid kernel (sm90_k128, or sm90_k128_wg3 on a 192-row schedule at head dim 64) the forward
-// runs on schedule s, which split-KV applies to (split_row_tiles); sm90_auto where another kernel
-// runs, the wgmma kernels do not, or the "fwd_split" option is "off". plan() passes it on as the
-// "forward" choice with the split schedule, whose statistics would pick otherwise.
+// The kernel (sm90_k128, sm90_k128_wg3 on a 192-row schedule at head dim 64, or sm90_persistent)
+// the forward runs on schedule s, which split-KV applies to (split_row_tiles); sm90_auto where
+// another kernel runs, the wgmma kernels do not, or the "fwd_split" option is "off". plan() passes
+// it on as the "forward" choice with the split schedule, whose statistics would pick otherwise.
 ForwardChoice split_grid_kernel(const Options& o, int32_t head_dim, const TileSchedule& s, int32_t group);
+// The split the "fwd_split" option forces on schedule s (parts_N: every row tile; long_N:
+// long_walk_parts), or empty where it leaves the split to the rule ("auto") or asks for none.
+std::vector<int32_t> forced_split_parts(const Options& o, const TileSchedule& s);
 
 // How the Hopper backward puts key tiles into blocks (backward_items), from the "backward" option:
 // one a block (sm90_unpaired, sm90_atomic); pairs on causal-like masks (the default); pairs on
@@ -235,14 +244,15 @@ inline bool wg3_dispatch_faster(const TileSchedule& rows128, const TileSchedule&
 // long ends on a partly empty wave that can cost more than three consumers gain; split, both grids
 // end on fuller waves (full at 7680 tokens, 8:1: 192-row tiles in 2 parts ran 1.145x the 128-row
 // tiles unsplit, docs/results/2026-11-28-h200-fwd-split.md).
+// forced_parts: the split the "fwd_split" option forces on a schedule (split_parts_of), or null.
 inline bool wg3_split_keeps_gain(const TileSchedule& rows128, const TileSchedule& rows192, int32_t heads_q,
-                                 int32_t slots, int32_t forced_parts) {
+                                 int32_t slots, const std::function<std::vector<int32_t>(const TileSchedule&)>& forced_parts) {
   if (slots <= 0) return true;
   auto parts_of = [&](const TileSchedule& s) {
-    return forced_parts > 0 ? forced_parts : forward_split_parts(s, heads_q, slots, 64);
+    return forced_parts ? forced_parts(s) : forward_split_parts(s, heads_q, slots, 64);
   };
-  const int32_t p128 = parts_of(rows128), p192 = parts_of(rows192);
-  if (p128 == 1 && p192 == 1) return wg3_dispatch_faster(rows128, rows192, heads_q, slots);
+  const std::vector<int32_t> p128 = parts_of(rows128), p192 = parts_of(rows192);
+  if (most_parts(p128) == 1 && most_parts(p192) == 1) return wg3_dispatch_faster(rows128, rows192, heads_q, slots);
   return split_forward_cost(rows192, p192, heads_q, slots, 64) <=
          kWg3CellSpeedup * split_forward_cost(rows128, p128, heads_q, slots, 64);
 }

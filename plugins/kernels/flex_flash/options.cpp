@@ -46,7 +46,8 @@ const Names<int32_t> kFwdOrder = {{"heads_outer", 1}, {"heads_2", 2},   {"heads_
                                   {"heads_8", 8},     {"heads_16", 16}, {"heads_inner", -1}};
 const Names<int32_t> kOrder = {{"kv_heads_outer", 1}, {"kv_heads_inner", -1}, {"kv_heads_2", 2}, {"kv_heads_4", 4}};
 const Names<int32_t> kFwdSum = {{"fadd", 0}, {"mma", 1}, {"mma_beside", 2}};
-const Names<int32_t> kFwdSplit = {{"off", 1}, {"auto", -1}, {"parts_2", 2}, {"parts_3", 3}, {"parts_4", 4}};
+const Names<int32_t> kFwdSplit = {{"off", 1},     {"auto", -1},    {"parts_2", 2},  {"parts_3", 3},
+                                   {"parts_4", 4}, {"long_2", 12},  {"long_3", 13},  {"long_4", 14}};
 const Names<Switch> kSplit = {{"off", Switch::kOff}, {"all", Switch::kOn}};
 const Names<Switch> kOffOn = {{"off", Switch::kOff}, {"on", Switch::kOn}};
 

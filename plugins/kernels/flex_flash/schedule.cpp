@@ -462,21 +462,29 @@ int64_t simulated_forward_makespan(const TileSchedule& s, int32_t heads, int32_t
   return forward_makespan(s, forward_row_costs(s), s.heads_together, heads, slots);
 }
 
-TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts) {
-  if (parts <= 1) return s;
+TileSchedule split_row_tiles(const TileSchedule& s, const std::vector<int32_t>& parts) {
+  if (most_parts(parts) <= 1) return s;
+  lca::require(static_cast<int64_t>(parts.size()) == s.row_tiles, LCA_ERR_INTERNAL,
+               "flex_flash: split_row_tiles needs a part count per row tile");
   TileSchedule v;
   v.rows = s.rows, v.cols = s.cols, v.tile_rows = s.tile_rows, v.col_tiles = s.col_tiles;
-  v.row_tiles = s.row_tiles * parts;
   v.bits = s.bits;
   v.heads_together = s.heads_together;
   v.full_tiles = s.full_tiles, v.partial_tiles = s.partial_tiles, v.idle_halves = s.idle_halves;
-  v.run_offsets.reserve(static_cast<size_t>(v.row_tiles) + 1);
   v.run_offsets.push_back(0);
-  std::vector<int64_t> tiles_of(static_cast<size_t>(v.row_tiles), 0);
+  std::vector<int32_t> first_of(static_cast<size_t>(s.row_tiles));  // row tile t's first virtual row tile
+  std::vector<int64_t> tiles_of;                                     // each virtual row tile's tiles
+  int32_t place = 0;
   for (int32_t t = 0; t < s.row_tiles; ++t) {
     const int64_t n = row_tile_tiles(s, t), steps = (n + 1) / 2;
-    for (int32_t j = 0; j < parts; ++j) {
-      const int64_t lo = 2 * (j * steps / parts), hi = std::min<int64_t>(2 * ((j + 1) * steps / parts), n);
+    const auto cut = static_cast<int32_t>(std::clamp<int64_t>(parts[static_cast<size_t>(t)], 1, std::max<int64_t>(steps, 1)));
+    first_of[static_cast<size_t>(t)] = static_cast<int32_t>(tiles_of.size());
+    if (cut > 1) {
+      v.split_rows.push_back(t);
+      v.split_first.push_back(place);
+    }
+    for (int32_t j = 0; j < cut; ++j) {
+      const int64_t lo = 2 * (j * steps / cut), hi = std::min<int64_t>(2 * ((j + 1) * steps / cut), n);
       int64_t w0 = 0;  // the walk position of run r's first tile
       for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r) {
         const TileRun& run = s.runs[r];
@@ -489,12 +497,17 @@ TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts) {
         w0 += len;
       }
       v.run_offsets.push_back(static_cast<int32_t>(v.runs.size()));
-      tiles_of[static_cast<size_t>(t) * parts + j] = std::max<int64_t>(hi - lo, 0);
+      v.part_row.push_back(t);
+      v.part_place.push_back(cut > 1 ? place++ : -1);
+      tiles_of.push_back(std::max<int64_t>(hi - lo, 0));
     }
   }
-  v.order.reserve(static_cast<size_t>(v.row_tiles));
+  v.split_first.push_back(place);
+  v.row_tiles = static_cast<int32_t>(tiles_of.size());
+  v.order.reserve(tiles_of.size());
   for (const int32_t t : s.order)
-    for (int32_t j = 0; j < parts; ++j) v.order.push_back(t * parts + j);
+    for (int32_t i = first_of[static_cast<size_t>(t)]; i < v.row_tiles && v.part_row[static_cast<size_t>(i)] == t; ++i)
+      v.order.push_back(i);
   std::stable_sort(v.order.begin(), v.order.end(), [&](int32_t x, int32_t y) {
     return tiles_of[static_cast<size_t>(x)] > tiles_of[static_cast<size_t>(y)];
   });
@@ -503,28 +516,56 @@ TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts) {
   return v;
 }
 
-double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, int32_t slots, int32_t head_dim) {
+TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts) {
+  return split_row_tiles(s, std::vector<int32_t>(static_cast<size_t>(s.row_tiles), parts));
+}
+
+int32_t most_parts(const std::vector<int32_t>& parts) {
+  return parts.empty() ? 1 : std::max(1, *std::max_element(parts.begin(), parts.end()));
+}
+
+std::vector<int32_t> long_walk_parts(const TileSchedule& s, int32_t share) {
+  std::vector<int32_t> parts(static_cast<size_t>(s.row_tiles), 1);
+  const int64_t cap = (int64_t{s.max_tiles} + share - 1) / std::max(share, 1);
+  if (cap <= 0) return parts;
+  for (int32_t t = 0; t < s.row_tiles; ++t)
+    parts[static_cast<size_t>(t)] = static_cast<int32_t>(
+        std::min<int64_t>(kMaxSplitKvParts, (row_tile_tiles(s, t) + cap - 1) / cap));
+  return parts;
+}
+
+double split_forward_cost(const TileSchedule& s, const std::vector<int32_t>& parts, int32_t heads, int32_t slots,
+                          int32_t head_dim) {
   const TileSchedule v = split_row_tiles(s, parts);
   double cost = double(forward_makespan(v, forward_row_costs(v, kSplitKvBlockTiles), v.heads_together, heads, slots));
-  if (parts > 1) {
-    // The combine pass reads every part's fp32 O and LSE of a row and writes its O (16-bit).
-    const double rows = double(s.rows) * heads;
-    const double bytes = rows * (parts * (head_dim + 1) * 4.0 + head_dim * 2.0);
+  if (!v.split_rows.empty()) {
+    // The combine pass reads every part's fp32 O and LSE of a split row and writes its O (16-bit).
+    const double places = double(v.split_first.back()) * s.tile_rows * heads;
+    const double rows = double(v.split_rows.size()) * s.tile_rows * heads;
+    const double bytes = places * (head_dim + 1) * 4.0 + rows * head_dim * 2.0;
     cost += bytes / kSplitKvCombineBytes * (kSplitKvCellRate / (256.0 * head_dim));
   }
   return cost;
 }
 
-int32_t forward_split_parts(const TileSchedule& s, int32_t heads, int32_t slots, int32_t head_dim) {
-  if (slots <= 0 || s.busy_tiles == 0) return 1;
-  const double whole = split_forward_cost(s, 1, heads, slots, head_dim);
-  int32_t best = 1;
+double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, int32_t slots, int32_t head_dim) {
+  return split_forward_cost(s, std::vector<int32_t>(static_cast<size_t>(s.row_tiles), parts), heads, slots, head_dim);
+}
+
+std::vector<int32_t> forward_split_parts(const TileSchedule& s, int32_t heads, int32_t slots, int32_t head_dim) {
+  if (slots <= 0 || s.busy_tiles == 0) return {};
+  const double whole = split_forward_cost(s, std::vector<int32_t>{}, heads, slots, head_dim);
+  std::vector<int32_t> best;
   double best_cost = whole;
-  for (int32_t parts = 2; parts <= kMaxSplitKvParts; ++parts) {
+  auto consider = [&](std::vector<int32_t> parts) {
+    if (most_parts(parts) <= 1) return;
     const double c = split_forward_cost(s, parts, heads, slots, head_dim);
-    if (c < best_cost) best = parts, best_cost = c;
-  }
-  return best_cost <= kSplitKvGain * whole ? best : 1;
+    if (c < best_cost) best = std::move(parts), best_cost = c;
+  };
+  for (int32_t parts = 2; parts <= kMaxSplitKvParts; ++parts)
+    consider(std::vector<int32_t>(static_cast<size_t>(s.row_tiles), parts));
+  for (int32_t share = 2; share <= kMaxSplitKvParts; ++share) consider(long_walk_parts(s, share));
+  return best_cost <= kSplitKvGain * whole ? best : std::vector<int32_t>{};
 }
 
 int32_t forward_heads_together(const TileSchedule& s, int32_t heads, int32_t slots) {

@@ -49,6 +49,11 @@ struct TileSchedule {
   // each row tile, 2 a tile (half h of tile t: key_blocks[2 t + h]). An odd count's last half names
   // the block past the last row ((rows + 63) / 64), which sees nothing.
   std::vector<int32_t> key_blocks;
+  // Split-KV only (split_row_tiles), else empty: row tile v of this schedule is a part of row tile
+  // part_row[v] of the unsplit one, and its O and LSE go to place part_place[v] of the parts'
+  // buffers (-1: a row tile not split, whose O and LSE are written as usual). The split row tiles
+  // are split_rows[i], with their parts at places split_first[i] .. split_first[i + 1] - 1.
+  std::vector<int32_t> part_row, part_place, split_rows, split_first;
 };
 
 // When the last block of a forward grid over the schedule ends (simulated): a block a (row tile,
@@ -60,21 +65,31 @@ struct TileSchedule {
 constexpr int64_t kForwardBlockTiles = 2;
 int64_t simulated_forward_makespan(const TileSchedule& s, int32_t heads, int32_t slots);
 
-// The forward's row tiles split along their keys ("split-KV"): each row tile's tiles, in walk order,
-// cut into `parts` pieces of as many 128-key steps as the parts can share evenly (the last piece may
-// end on an odd tile). Virtual row tile v = t * parts + j is part j of row tile t: its runs are the
-// pieces of t's runs that fall in the part (a partial run's bitmask index moved with its begin). The
-// order is the row tiles' own with each one's parts in turn, busiest first (stable), and the rows,
-// bitmasks and heads together are s's. parts 1 gives s. The grid forwards compute each part's O and
-// LSE apart, and a pass combines them (forward_sm90.cuh, FwdParams::splits).
+// The forward's row tiles split along their keys ("split-KV"): row tile t's tiles, in walk order,
+// cut into parts[t] pieces of as many 128-key steps as the parts can share evenly (the last piece
+// may end on an odd tile); at most one part a step, so that every part has tiles (a row tile
+// without runs stays whole). The virtual row tiles are each row tile's parts in turn (a whole one
+// is one): their runs are the pieces of t's runs that fall in the part (a partial run's bitmask
+// index moved with its begin), part_row / part_place / split_rows / split_first say whose they are
+// and where a split one's O and LSE go. The order is the row tiles' own with each one's parts in
+// turn, busiest first (stable); the rows, bitmasks and heads together are s's. No part above 1
+// gives s. The forwards compute each part's O and LSE apart, and a pass combines them
+// (forward_sm90.cuh, FwdParams::part_of).
+TileSchedule split_row_tiles(const TileSchedule& s, const std::vector<int32_t>& parts);
+// Every row tile in `parts` (as many as its steps allow).
 TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts);
 
-// The parts (1-4) the forward's grid kernels split each row tile into, by predicted time: the
-// simulated dispatch of the split schedule's blocks (simulated_makespan), a block costing its tiles
-// plus kSplitKvBlockTiles, plus the pass that combines the parts (bytes at kSplitKvCombineBytes a second,
-// turned into cells at kSplitKvCellRate), taken where it is at most kSplitKvGain of the unsplit grid's.
+// The parts the forward splits its row tiles into, by predicted time: of every row tile cut alike
+// into 2-4 parts, and of only the row tiles whose walks are longer than the longest one's 1/2, 1/3
+// or 1/4, each cut into as many parts of at most that length (at most 4), the split whose predicted
+// time is least, taken where it is at most kSplitKvGain of the unsplit forward's; else empty (no
+// split). The time: the simulated dispatch of the split schedule's blocks (simulated_makespan), a
+// block costing its tiles plus kSplitKvBlockTiles, plus the pass that combines the split rows'
+// parts (bytes at kSplitKvCombineBytes a second, turned into cells at kSplitKvCellRate).
 // Small grids (few heads, short sequences: heads 8:1 at 4K-16K) end on a partly empty last wave;
-// split, the same cells end on fuller waves of shorter blocks.
+// split alike, the same cells end on fuller waves of shorter blocks. A few walks far longer than
+// the rest (the rows of global_sliding's global tokens, which see every key) end the forward alone
+// however the others are dispatched; split, their parts run side by side.
 // kSplitKvBlockTiles: a block's fixed cost (Q in, pipeline filled and drained, O out, launch) in 64-key
 // tiles: full on an H200 at head dim 64 ran 0.71 us a tile in 64-tile blocks (4096 tokens, 8:1) and
 // 0.61 in 256-tile blocks (16384, 32:32), about 10 tiles a block; 8 taken.
@@ -86,9 +101,17 @@ constexpr double kSplitKvCellRate = 4.0e12;
 constexpr double kSplitKvCombineBytes = 3.0e12;
 constexpr double kSplitKvGain = 0.97;
 constexpr int32_t kMaxSplitKvParts = 4;
-// The predicted time (in cells of one SM) of the forward grid over s split into `parts`.
+// The predicted time (in cells of one SM) of the forward over s split as `parts` says (empty: not
+// split), or every row tile into `parts`.
+double split_forward_cost(const TileSchedule& s, const std::vector<int32_t>& parts, int32_t heads, int32_t slots,
+                          int32_t head_dim);
 double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, int32_t slots, int32_t head_dim);
-int32_t forward_split_parts(const TileSchedule& s, int32_t heads, int32_t slots, int32_t head_dim);
+std::vector<int32_t> forward_split_parts(const TileSchedule& s, int32_t heads, int32_t slots, int32_t head_dim);
+// The long-walk split with cap max_tiles / `share` (the "fwd_split" option's long_N): each row tile
+// with more tiles than that in as many parts of at most that many (at most kMaxSplitKvParts).
+std::vector<int32_t> long_walk_parts(const TileSchedule& s, int32_t share);
+// The largest number of parts in a split (1: none).
+int32_t most_parts(const std::vector<int32_t>& parts);
 
 // Forward block n of a grid of `tiles` row tiles by `heads` (query heads, or head pairs in the pair
 // kernel; the persistent kernel's items likewise): `at` indexes the schedule's order. The heads go

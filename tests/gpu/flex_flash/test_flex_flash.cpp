@@ -338,8 +338,22 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
     // dV first runs where the kernel without the skip does: full's default backward.
     if (flex_options().value("bwd_dv_first", "") == "on" && (forced_bwd.empty() || forced_bwd == "sm90_noskip"))
       EXPECT_EQ(f["backward"]["dv_first"], true);
+    // A forced split (parts_N, long_N) splits full's row tiles (every one as long as the longest)
+    // on the kernels that split: sm90_k128 (and sm90_k128_wg3 asked for at this head dim) and
+    // sm90_persistent.
+    const std::string split = flex_options().value("fwd_split", "off");
+    const std::string kernel = f["forward"]["kernel"].get<std::string>();
+    if (split.rfind("parts_", 0) == 0 || split.rfind("long_", 0) == 0) {
+      if (kernel == "sm90_k128" || kernel == "sm90_persistent") {
+        EXPECT_GE(f["forward"]["splits"].get<int>(), 2) << f.dump();
+        EXPECT_EQ(f["forward"]["split_row_tiles"].get<int>(), f["forward"]["row_tiles"].get<int>()) << f.dump();
+      }
+    } else if (split == "off") {
+      EXPECT_EQ(f["forward"]["split_row_tiles"].get<int>(), 0) << f.dump();
+    }
     return;
   }
+  EXPECT_EQ(f["forward"]["split_row_tiles"].get<int>(), 0);
   EXPECT_EQ(f["forward"]["kernel"], "sm90_k128");
   EXPECT_EQ(f["backward"]["dv_first"], false);
 

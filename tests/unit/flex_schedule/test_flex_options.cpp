@@ -97,7 +97,8 @@ TEST(FlexOptions, TheScheduleSwitches) {
   EXPECT_EQ(parse_options(R"({"fwd_split": "off"})").fwd_split, 1);
   EXPECT_EQ(parse_options(R"({"fwd_split": "auto"})").fwd_split, -1);
   EXPECT_EQ(parse_options(R"({"fwd_split": "parts_3"})").fwd_split, 3);
-  EXPECT_NE(refusal(R"({"fwd_split": "5"})").find("off, auto, parts_2, parts_3, parts_4"), std::string::npos);
+  EXPECT_EQ(parse_options(R"({"fwd_split": "long_3"})").fwd_split, 13);
+  EXPECT_NE(refusal(R"({"fwd_split": "5"})").find("off, auto, parts_2, parts_3, parts_4, long_2, long_3, long_4"), std::string::npos);
 }
 
 TEST(FlexOptions, BadOptionsAreRefusedNamingTheAllowedValues) {

@@ -618,11 +618,14 @@ TEST(FlexSchedule, TheThreeConsumerGpuTestsMasksTakeThreeConsumers) {
   }
 }
 
-// Split-KV's schedule (split_row_tiles): part j of row tile t is virtual row tile t * parts + j; the
-// parts' tiles, in order, are the row tile's walk (tile by tile, with each tile's bitmask index), cut
-// at even steps so that no part but the last ends on an odd tile; the order holds every part, busy
-// ones first. On causal (one run a row tile, partial at the diagonal) and on documents at an odd
-// length (several runs a row tile), 128 and 192 rows.
+// Split-KV's schedule (split_row_tiles): a row tile's parts are consecutive virtual row tiles
+// (part_row names it, part_place their places: consecutive, -1 for a row tile left whole); the
+// parts' tiles, in order, are the row tile's walk (tile by tile, with each tile's bitmask index),
+// cut at even steps so that no part but the last ends on an odd tile, at most one part a step (a
+// row tile without runs stays whole); split_rows / split_first list the split row tiles and their
+// places; the order holds every virtual row tile, busy ones first. On causal (one run a row tile,
+// partial at the diagonal) and on documents at an odd length (several runs a row tile), 128 and
+// 192 rows; every row tile alike (2-4 parts) and a mixed split (row tile t in 1 + t % 4 parts).
 TEST(FlexSchedule, SplitRowTilesCutsEachWalkIntoItsParts) {
   using lca_flex_flash::split_row_tiles;
   const int64_t n = 9001;
@@ -647,38 +650,100 @@ TEST(FlexSchedule, SplitRowTilesCutsEachWalkIntoItsParts) {
       const TileSchedule one = split_row_tiles(s, 1);
       EXPECT_EQ(one.runs.size(), s.runs.size());
       EXPECT_EQ(one.order, s.order);
-      for (int32_t parts : {2, 3, 4}) {
-        SCOPED_TRACE(std::to_string(slices->size()) + " slices, " + std::to_string(rows) + " rows, " +
-                     std::to_string(parts) + " parts");
+      EXPECT_TRUE(one.part_row.empty());
+      std::vector<std::vector<int32_t>> splits;
+      for (int32_t parts : {2, 3, 4}) splits.emplace_back(static_cast<size_t>(s.row_tiles), parts);
+      std::vector<int32_t> mixed(static_cast<size_t>(s.row_tiles));
+      for (int32_t t = 0; t < s.row_tiles; ++t) mixed[static_cast<size_t>(t)] = 1 + t % 4;
+      splits.push_back(mixed);
+      for (const auto& parts : splits) {
+        SCOPED_TRACE(std::to_string(slices->size()) + " slices, " + std::to_string(rows) + " rows, row tile 1 in " +
+                     std::to_string(parts[1]) + " parts");
         const TileSchedule v = split_row_tiles(s, parts);
-        ASSERT_EQ(v.row_tiles, s.row_tiles * parts);
+        ASSERT_EQ(v.part_row.size(), static_cast<size_t>(v.row_tiles));
+        ASSERT_EQ(v.part_place.size(), static_cast<size_t>(v.row_tiles));
         EXPECT_EQ(v.tile_rows, s.tile_rows);
         EXPECT_EQ(v.bits, s.bits);
+        ASSERT_EQ(v.split_first.size(), v.split_rows.size() + 1);
+        int32_t i = 0, next_place = 0, split_index = 0;
         for (int32_t t = 0; t < s.row_tiles; ++t) {
           const auto whole = walk(s, t);
+          const size_t steps = (whole.size() + 1) / 2;
+          const auto want = static_cast<size_t>(std::clamp<int64_t>(parts[static_cast<size_t>(t)], 1,
+                                                                    std::max<int64_t>(static_cast<int64_t>(steps), 1)));
           std::vector<std::pair<int32_t, int32_t>> joined;
-          for (int32_t j = 0; j < parts; ++j) {
-            const auto piece = walk(v, t * parts + j);
-            if (j + 1 < parts) EXPECT_EQ(piece.size() % 2, 0u) << "row tile " << t << " part " << j;
-            const size_t steps = (whole.size() + 1) / 2;
-            EXPECT_LE(piece.size(), 2 * ((steps + parts - 1) / parts)) << "row tile " << t << " part " << j;
+          size_t got = 0;
+          for (; i < v.row_tiles && v.part_row[static_cast<size_t>(i)] == t; ++i, ++got) {
+            const auto piece = walk(v, i);
+            EXPECT_FALSE(piece.empty() && want > 1) << "row tile " << t << ": a split part without tiles";
+            if (got + 1 < want) EXPECT_EQ(piece.size() % 2, 0u) << "row tile " << t << " part " << got;
+            EXPECT_LE(piece.size(), 2 * ((steps + want - 1) / want)) << "row tile " << t << " part " << got;
+            EXPECT_EQ(v.part_place[static_cast<size_t>(i)], want > 1 ? next_place++ : -1) << "row tile " << t;
             joined.insert(joined.end(), piece.begin(), piece.end());
           }
+          EXPECT_EQ(got, want) << "row tile " << t;
           EXPECT_EQ(joined, whole) << "row tile " << t;
+          if (want > 1) {
+            ASSERT_LT(split_index, static_cast<int32_t>(v.split_rows.size()));
+            EXPECT_EQ(v.split_rows[static_cast<size_t>(split_index)], t);
+            EXPECT_EQ(v.split_first[static_cast<size_t>(split_index) + 1] - v.split_first[static_cast<size_t>(split_index)],
+                      static_cast<int32_t>(want));
+            ++split_index;
+          }
         }
+        EXPECT_EQ(i, v.row_tiles);
+        EXPECT_EQ(split_index, static_cast<int32_t>(v.split_rows.size()));
+        EXPECT_EQ(v.split_first.back(), next_place);
         std::vector<int32_t> sorted = v.order;
         std::sort(sorted.begin(), sorted.end());
-        for (int32_t i = 0; i < v.row_tiles; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+        for (int32_t k = 0; k < v.row_tiles; ++k) ASSERT_EQ(sorted[static_cast<size_t>(k)], k);
         int32_t busy = 0;
-        for (int32_t i = 0; i < v.row_tiles; ++i) busy += v.run_offsets[i + 1] > v.run_offsets[i] ? 1 : 0;
+        for (int32_t k = 0; k < v.row_tiles; ++k) busy += v.run_offsets[k + 1] > v.run_offsets[k] ? 1 : 0;
         EXPECT_EQ(v.busy_tiles, busy);
-        for (int32_t i = 0; i < v.row_tiles; ++i) {
-          const int32_t r = v.order[static_cast<size_t>(i)];
-          EXPECT_EQ(v.run_offsets[r + 1] > v.run_offsets[r], i < busy) << "order place " << i;
+        for (int32_t k = 0; k < v.row_tiles; ++k) {
+          const int32_t r = v.order[static_cast<size_t>(k)];
+          EXPECT_EQ(v.run_offsets[r + 1] > v.run_offsets[r], k < busy) << "order place " << k;
+          if (k >= busy) EXPECT_EQ(v.part_place[static_cast<size_t>(r)], -1) << "a row tile that sees nothing is whole";
         }
       }
     }
   }
+}
+
+// The long-walk split (long_walk_parts, and forward_split_parts' choice of it): global_sliding at
+// 39936 tokens with 18 global tokens and a 294-token window, heads 8:1 (the seed-2718 sweep's
+// deepest cliff): the global rows' row tile walks all 624 key tiles, every other about 14, so
+// unsplit the 8 heads' global blocks end the forward alone (632 tiles against 433 an SM with the
+// blocks' fixed costs); the rule cuts that row tile only (in 2: each part then ends before the
+// rest), predicted at least 1.3x sooner. Full at 39936 and 8 heads has no long walk: no split.
+TEST(FlexSchedule, LongWalkSplitCutsOnlyTheWalksThatEndTheForward) {
+  using lca_flex_flash::forward_split_parts;
+  using lca_flex_flash::long_walk_parts;
+  using lca_flex_flash::most_parts;
+  using lca_flex_flash::split_forward_cost;
+  auto& p = BuiltinProvider::instance();
+  auto g = p.generate("global_sliding", R"({"global_tokens": 18, "window": 294})", 39936, 42);
+  ASSERT_EQ(g.status, LCA_OK) << g.error;
+  TileSchedule s = build_schedule(*g.mask, /*by_query=*/true, 128);
+  s.heads_together = lca_flex_flash::forward_heads_together(s, 8, 132);
+  ASSERT_EQ(s.max_tiles, 624);
+  const std::vector<int32_t> halves = long_walk_parts(s, 2);
+  EXPECT_EQ(halves[0], 2) << "the global rows' row tile";
+  EXPECT_EQ(std::count(halves.begin(), halves.end(), 1), s.row_tiles - 1);
+  const std::vector<int32_t> parts = forward_split_parts(s, 8, 132, 64);
+  ASSERT_EQ(parts.size(), static_cast<size_t>(s.row_tiles));
+  EXPECT_GT(parts[0], 1);
+  EXPECT_EQ(std::count(parts.begin(), parts.end(), 1), s.row_tiles - 1) << "only the long walk";
+  const double whole = split_forward_cost(s, std::vector<int32_t>{}, 8, 132, 64);
+  EXPECT_LT(split_forward_cost(s, parts, 8, 132, 64) * 1.3, whole);
+  EXPECT_LT(split_forward_cost(s, parts, 8, 132, 64), split_forward_cost(s, 4, 8, 132, 64)) << "not every row tile";
+  // With 64 heads the short walks fill the SMs past the long one's end: no split.
+  TileSchedule wide = s;
+  wide.heads_together = lca_flex_flash::forward_heads_together(wide, 64, 132);
+  EXPECT_EQ(most_parts(forward_split_parts(wide, 64, 132, 64)), 1);
+  auto f = p.generate("full", "{}", 39936, 42);
+  ASSERT_EQ(f.status, LCA_OK) << f.error;
+  EXPECT_EQ(most_parts(forward_split_parts(build_schedule(*f.mask, /*by_query=*/true, 128), 8, 132, 64)), 1);
 }
 
 // Split-KV's rule (forward_split_parts): on grids of a few waves the parts end on fuller waves. Full
@@ -695,10 +760,10 @@ TEST(FlexSchedule, SplitKvWhereTheGridEndsOnAPartlyEmptyWave) {
     return build_schedule(*g.mask, /*by_query=*/true, 192);
   };
   const TileSchedule small = full(7680);
-  EXPECT_GT(forward_split_parts(small, 8, 132, 64), 1);
+  EXPECT_GT(lca_flex_flash::most_parts(forward_split_parts(small, 8, 132, 64)), 1);
   EXPECT_LT(split_forward_cost(small, 2, 8, 132, 64), 0.97 * split_forward_cost(small, 1, 8, 132, 64));
-  EXPECT_EQ(forward_split_parts(small, 64, 132, 64), 1);
-  EXPECT_EQ(forward_split_parts(small, 8, 0, 64), 1);
+  EXPECT_TRUE(forward_split_parts(small, 64, 132, 64).empty());
+  EXPECT_TRUE(forward_split_parts(small, 8, 0, 64).empty());
   // The unsplit cost: 3 rounds of (120 tiles + the block's kSplitKvBlockTiles) x 192 rows.
   EXPECT_DOUBLE_EQ(split_forward_cost(small, 1, 8, 132, 64), 3.0 * (120 + lca_flex_flash::kSplitKvBlockTiles) * 192);
 }
@@ -719,18 +784,21 @@ TEST(FlexSchedule, ThreeConsumerTilesWeighedByTheirSplit) {
     s128.heads_together = lca_flex_flash::forward_heads_together(s128, 8, 132);
     s192.heads_together = lca_flex_flash::forward_heads_together(s192, 8, 132);
     SCOPED_TRACE(name);
-    EXPECT_EQ(lca_flex_flash::forward_split_parts(s128, 8, 132, 64), 1);
+    using lca_flex_flash::most_parts;
+    EXPECT_EQ(most_parts(lca_flex_flash::forward_split_parts(s128, 8, 132, 64)), 1);
     if (std::string(name) == "full") {
       EXPECT_FALSE(wg3_dispatch_faster(s128, s192, 8, 132));
-      EXPECT_EQ(lca_flex_flash::forward_split_parts(s192, 8, 132, 64), 2);
-      EXPECT_TRUE(wg3_split_keeps_gain(s128, s192, 8, 132, 0));
+      const auto parts = lca_flex_flash::forward_split_parts(s192, 8, 132, 64);
+      EXPECT_EQ(most_parts(parts), 2);
+      EXPECT_EQ(std::count(parts.begin(), parts.end(), 2), s192.row_tiles) << "every row tile alike";
+      EXPECT_TRUE(wg3_split_keeps_gain(s128, s192, 8, 132, {}));
     } else {
-      EXPECT_EQ(lca_flex_flash::forward_split_parts(s192, 8, 132, 64), 1);
-      EXPECT_EQ(wg3_split_keeps_gain(s128, s192, 8, 132, 0), wg3_dispatch_faster(s128, s192, 8, 132));
-      EXPECT_TRUE(wg3_split_keeps_gain(s128, s192, 8, 132, 0));
+      EXPECT_EQ(most_parts(lca_flex_flash::forward_split_parts(s192, 8, 132, 64)), 1);
+      EXPECT_EQ(wg3_split_keeps_gain(s128, s192, 8, 132, {}), wg3_dispatch_faster(s128, s192, 8, 132));
+      EXPECT_TRUE(wg3_split_keeps_gain(s128, s192, 8, 132, {}));
     }
     s128.heads_together = s192.heads_together = 1;
-    EXPECT_TRUE(wg3_split_keeps_gain(s128, s192, 64, 132, 0));  // 19 waves of 192-row blocks
+    EXPECT_TRUE(wg3_split_keeps_gain(s128, s192, 64, 132, {}));  // 19 waves of 192-row blocks
   }
 }
 

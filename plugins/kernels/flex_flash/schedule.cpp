@@ -552,9 +552,19 @@ double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, i
   return split_forward_cost(s, std::vector<int32_t>(static_cast<size_t>(s.row_tiles), parts), heads, slots, head_dim);
 }
 
+double split_forward_bound(const TileSchedule& s, int32_t heads, int32_t slots) {
+  if (slots <= 0) return 0.0;
+  double work = 0.0;
+  for (const int64_t c : forward_row_costs(s, kSplitKvBlockTiles)) work += double(c);
+  return work * heads / slots;
+}
+
 std::vector<int32_t> forward_split_parts(const TileSchedule& s, int32_t heads, int32_t slots, int32_t head_dim) {
   if (slots <= 0 || s.busy_tiles == 0) return {};
   const double whole = split_forward_cost(s, std::vector<int32_t>{}, heads, slots, head_dim);
+  // Where the unsplit dispatch is within kSplitKvGain of the bound, no split can be taken: none is
+  // built (many waves of even walks, most plans).
+  if (kSplitKvGain * whole < split_forward_bound(s, heads, slots)) return {};
   std::vector<int32_t> best;
   double best_cost = whole;
   auto consider = [&](std::vector<int32_t> parts) {

@@ -107,6 +107,9 @@ double split_forward_cost(const TileSchedule& s, const std::vector<int32_t>& par
                           int32_t head_dim);
 double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, int32_t slots, int32_t head_dim);
 std::vector<int32_t> forward_split_parts(const TileSchedule& s, int32_t heads, int32_t slots, int32_t head_dim);
+// No split of s ends sooner than this (in split_forward_cost's units): the unsplit blocks' tiles and
+// fixed costs spread evenly over the SMs. A split only adds blocks' fixed costs and the combine.
+double split_forward_bound(const TileSchedule& s, int32_t heads, int32_t slots);
 // The long-walk split with cap max_tiles / `share` (the "fwd_split" option's long_N): each row tile
 // with more tiles than that in as many parts of at most that many (at most kMaxSplitKvParts).
 std::vector<int32_t> long_walk_parts(const TileSchedule& s, int32_t share);

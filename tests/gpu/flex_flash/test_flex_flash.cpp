@@ -341,7 +341,7 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
     // A forced split (parts_N, long_N) splits full's row tiles (every one as long as the longest)
     // on the kernels that split: sm90_k128 (and sm90_k128_wg3 asked for at this head dim) and
     // sm90_persistent.
-    const std::string split = flex_options().value("fwd_split", "off");
+    const std::string split = flex_options().value("fwd_split", "auto");
     const std::string kernel = f["forward"]["kernel"].get<std::string>();
     if (split.rfind("parts_", 0) == 0 || split.rfind("long_", 0) == 0) {
       if (kernel == "sm90_k128" || kernel == "sm90_persistent") {
@@ -353,8 +353,17 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
     }
     return;
   }
+  // full at 8K, 16 heads: 7.8 waves of even walks, not split.
   EXPECT_EQ(f["forward"]["split_row_tiles"].get<int>(), 0);
   EXPECT_EQ(f["forward"]["kernel"], "sm90_k128");
+  // global_sliding's global rows (18 tokens, window 294) walk every key: at 8:1 their row tile
+  // would end the forward alone; the default splits that row tile, not the others.
+  const Problem gs = make("global_sliding_39936", 39936, 39936, 8, 1, 64, LCA_DTYPE_BF16,
+                          builtin_slices("global_sliding", R"({"global_tokens": 18, "window": 294})", 39936, 7));
+  const nlohmann::json g = info_of(gs);
+  EXPECT_GE(g["forward"]["splits"].get<int>(), 2) << g.dump();
+  EXPECT_GE(g["forward"]["split_row_tiles"].get<int>(), 1) << g.dump();
+  EXPECT_LE(g["forward"]["split_row_tiles"].get<int>(), 2) << g.dump();
   EXPECT_EQ(f["backward"]["dv_first"], false);
 
   const nlohmann::json bs = info_of(builtin("block_sparse", 8192, 16, 8, 128));

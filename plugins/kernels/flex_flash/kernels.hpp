@@ -582,7 +582,23 @@ inline std::vector<BwdItem> skip_split_walks(const std::vector<BwdItem>& items, 
 //   same run): the one loss this rule is known to take.
 // - causal_blockwise (the long-512k preset's documents, seed 42), 64:8: 64K 536 against 470, 256K
 //   526 against 373, 512K 526 against 318 TFLOP/s.
+// And only where most reuses of a query tile would miss L2 (far_reuse_share over kFarReuses: the
+// places walked since its last visit, key tiles in order, exceed the range's places; a walk's places
+// counted for every query head of its kv head and every kv head that goes out with it, heads inner,
+// as the walks whole would): the point of ranges. global_sliding with a few global tokens beside a narrow window passed the rule above by its
+// idle tile parts (18 global tokens, window 294: idle 0.13), but its walks reuse the global rows'
+// tile at every key tile and their window's tiles at the next few (far share 0.15-0.20 at any
+// length): split by ranges, every key tile's walk became a part on the global rows' tile and one on
+// its window, a range's parts adding into those rows' dQ together, and the backward ran 4.4x slower
+// at 39936 tokens, 8:1, d64 on an H200 (48 against 209 TFLOP/s whole; tools/dev/matrices/
+// ab-bwd-global-sliding.json). Where ranges were measured to pay the share is 0.97-1.0 (block_sparse,
+// causal_blockwise at 512K, global_sliding with a window of 5000). Against the rule before on two
+// seeded draws (6161, 7272; global_sliding, block_sparse, causal_blockwise; 8:1 to 64:8, d64 and
+// d128, 30717-87897 tokens) it changed 19 of 96 cells, all global_sliding: 0.983-2.23x, geomean 1.20
+// (docs/results/2026-11-28-h200-bwd-far-reuse.md); at 64:8 with long windows (73 global tokens,
+// window 2232, 4 kv heads together) the kv heads' count keeps ranges, which ran 1.70x whole there.
 constexpr double kEvenVisits = 2.0;
+constexpr double kFarReuses = 0.5;
 constexpr int64_t kRangeBytesPerRow = 2 + 2 + 4;  // Q, dO (16-bit) and dQ (fp32) a row and head dim
 constexpr int32_t range_places_for(int64_t l2_bytes, int32_t head_dim) {
   const int64_t places = l2_bytes / (int64_t{kTile} * head_dim * kRangeBytesPerRow);
@@ -637,8 +653,14 @@ inline BackwardBlocks default_backward_blocks(const TileSchedule& s, int32_t hea
   }
   if (s.tile_rows == kBwdKeys && split != BwdSplit::kAll) {
     // visit_concentration walks the runs again: only where it decides.
-    const bool by_rule = ranges < 0 && plain_walks(b.items) && places - walk > kSkipPassedPlacesLimit &&
-                         range_walks_rule(idle, walk, true, places, idle > kIdleShareForSkip ? 0.0 : visit_concentration(s));
+    bool by_rule = ranges < 0 && plain_walks(b.items) && places - walk > kSkipPassedPlacesLimit &&
+                   range_walks_rule(idle, walk, true, places, idle > kIdleShareForSkip ? 0.0 : visit_concentration(s));
+    if (by_rule) {
+      // Whole, the walks go out g kv heads together, heads inner: a query tile's next visit in its
+      // head comes g walks later.
+      const int32_t g = together > 0 ? together : default_kv_heads_together(s, b.items, heads_kv, group, slots);
+      by_rule = far_reuse_share(s, group * g, rule_places) > kFarReuses;
+    }
     const int32_t per_range = ranges > 0 ? ranges : (by_rule ? rule_places : 0);
     if (per_range > 0) {
       b.items = split_by_ranges(s, b.items, group, range_tiles(per_range, group));

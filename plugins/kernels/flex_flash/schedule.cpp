@@ -374,6 +374,24 @@ double mean_span(const TileSchedule& s) {
   return double(sum) / double(s.row_tiles);
 }
 
+double far_reuse_share(const TileSchedule& s, int32_t group, int64_t capacity_places) {
+  std::vector<int64_t> last(static_cast<size_t>(s.col_tiles), -1);  // the visit count at a column tile's last visit
+  int64_t walked = 0, reuses = 0, far = 0;
+  for (int32_t t = 0; t < s.row_tiles; ++t)
+    for (int32_t r = s.run_offsets[static_cast<size_t>(t)]; r < s.run_offsets[static_cast<size_t>(t) + 1]; ++r) {
+      const TileRun& run = s.runs[static_cast<size_t>(r)];
+      for (int32_t c = run.begin; c < run.end; ++c, ++walked) {
+        int64_t& at = last[static_cast<size_t>(c)];
+        if (at >= 0) {
+          ++reuses;
+          if ((walked - at) * group > capacity_places) ++far;
+        }
+        at = walked;
+      }
+    }
+  return reuses > 0 ? double(far) / double(reuses) : 0.0;
+}
+
 double visit_concentration(const TileSchedule& s) {
   // Visits a column tile gets (a difference array over the runs), then their prefix sums, so that
   // each run's visits to shared tiles add up in one subtraction.

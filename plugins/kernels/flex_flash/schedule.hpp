@@ -167,6 +167,11 @@ double mean_span(const TileSchedule& s);
 // kept share of the walks, each walk visiting that share of its span); well over 1 where most
 // visits go to a band every walk shares (global tokens, the document every other one sees) and
 // the rest stay near the walk's own tile. 0 without visits.
+// Of the visits to a column tile that some row tile visited before (row tiles walked in order, each
+// visit a tile of every one of `group` heads), the share whose places walked since that last visit
+// exceed capacity_places: visits whose data a cache of that many places would have dropped (the
+// walked places between two visits bound the distinct ones from above).
+double far_reuse_share(const TileSchedule& s, int32_t group, int64_t capacity_places);
 double visit_concentration(const TileSchedule& s);
 
 // by_query: rows are queries, columns keys (forward). Otherwise rows are keys (backward).

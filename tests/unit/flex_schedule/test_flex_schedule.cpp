@@ -1157,6 +1157,54 @@ TEST(FlexSchedule, VisitConcentrationTellsSharedBandsFromEvenSpreads) {
   EXPECT_EQ(lca_flex_flash::visit_concentration(TileSchedule{}), 0.0);
 }
 
+// Ranges pay where most reuses of a query tile would miss L2 (far_reuse_share): block_sparse's random
+// visits and causal_blockwise's last document at 512K reuse far (share 0.97-1.0); global_sliding with
+// a few global tokens beside a narrow window reuses the global rows' tile at every key tile and a
+// window's tiles at the next few (0.15-0.20), and its walks stay whole at any length although their
+// idle tile parts pass range_walks_rule (split by ranges they ran 4.4x slower: 48 against 209 TFLOP/s
+// at 39936 tokens, 8:1, d64, H200).
+TEST(FlexSchedule, RangesOnlyWhereReusesAreFar) {
+  auto& p = BuiltinProvider::instance();
+  auto schedule = [&](const char* name, const char* params, int64_t seqlen) {
+    auto g = p.generate(name, params, seqlen, 7);
+    EXPECT_EQ(g.status, LCA_OK) << g.error;
+    return lca_flex_flash::default_backward_schedule(*g.mask, 391.0 / 196.0, 8, 1, 132, lca_flex_flash::BwdMatch::kAuto);
+  };
+  for (const int64_t seqlen : {39936, 70001, 131072}) {
+    for (const char* params : {R"({"global_tokens": 18, "window": 294})", R"({"global_tokens": 58, "window": 241})"}) {
+      const TileSchedule s = schedule("global_sliding", params, seqlen);
+      const double idle = lca_flex_flash::idle_share(s), walk = lca_flex_flash::mean_tiles(s) * 8;
+      const double places = lca_flex_flash::span_places(lca_flex_flash::mean_span(s), 8);
+      EXPECT_GT(idle, lca_flex_flash::kIdleShareForSkip) << params << " " << seqlen;
+      EXPECT_TRUE(lca_flex_flash::range_walks_rule(idle, walk, true, places, 0.0)) << params << " " << seqlen;
+      EXPECT_LT(lca_flex_flash::far_reuse_share(s, 8, lca_flex_flash::kRangePlaces), 0.25) << params << " " << seqlen;
+      EXPECT_EQ(lca_flex_flash::default_backward_blocks(s, 1, 8, 132, BwdPairing::kAuto).range_places, 0) << params << " " << seqlen;
+    }
+    const TileSchedule sparse = schedule("block_sparse", R"({"block": 64, "sparsity": 0.25})", seqlen);
+    EXPECT_GT(lca_flex_flash::far_reuse_share(sparse, 8, lca_flex_flash::kRangePlaces), 0.95) << seqlen;
+    EXPECT_EQ(lca_flex_flash::default_backward_blocks(sparse, 1, 8, 132, BwdPairing::kAuto).range_places,
+              lca_flex_flash::kRangePlaces) << seqlen;
+  }
+  // With 8 kv heads the walks go out 4 together (heads inner), so a query tile's next visit in its
+  // head comes 4 walks later: global_sliding with 73 global tokens and a window of 2232 at 73541
+  // tokens, 64:8, d64 (an H200's 1920 places a range) reuses far and is split by ranges (1.70x the
+  // walks whole, 390 against 230 TFLOP/s), at 8:1 near and kept whole (1.28x the ranges).
+  const TileSchedule wide = schedule("global_sliding", R"({"global_tokens": 73, "window": 2232})", 73541);
+  const TileSchedule wide8 = lca_flex_flash::default_backward_schedule(
+      *p.generate("global_sliding", R"({"global_tokens": 73, "window": 2232})", 73541, 7).mask, 391.0 / 196.0, 8, 8, 132,
+      lca_flex_flash::BwdMatch::kAuto);
+  EXPECT_EQ(lca_flex_flash::default_backward_blocks(wide8, 8, 8, 132, BwdPairing::kAuto, lca_flex_flash::BwdLocal::kAuto,
+                                                    lca_flex_flash::BwdSplit::kAuto, 0, -1, 1920).range_places, 1920);
+  EXPECT_EQ(lca_flex_flash::default_backward_blocks(wide, 1, 8, 132, BwdPairing::kAuto, lca_flex_flash::BwdLocal::kAuto,
+                                                    lca_flex_flash::BwdSplit::kAuto, 0, -1, 1920).range_places, 0);
+  // Every reuse at the next visit (one column tile, every row tile) is near; a cache of no places
+  // misses every one.
+  const TileSchedule full = schedule("full", "{}", 5000);
+  EXPECT_EQ(lca_flex_flash::far_reuse_share(full, 1, int64_t{1} << 40), 0.0);
+  EXPECT_EQ(lca_flex_flash::far_reuse_share(full, 1, 0), 1.0);
+  EXPECT_EQ(lca_flex_flash::far_reuse_share(TileSchedule{}, 8, 800), 0.0);
+}
+
 // The places a walk passes over are those between its first and last query tile: a key tile of a
 // short document walks its own document's query tiles and passes over next to nothing, so the
 // limit leaves the skip kernel to the document masks whose idle share takes it (the sweep's short

@@ -644,6 +644,22 @@ TEST(ResultsFile, CellRecordsRoundTrip) {
   EXPECT_TRUE(core::CellResult::from_json(without_info.to_json()).plan_info.is_null());
 }
 
+// Every call's time is stored at 6 significant digits (below a timer's resolution), in its
+// shortest form: a record of many calls stays small; the median, min and max keep every digit.
+TEST(ResultsFile, CallTimesAreStoredAtSixDigits) {
+  core::CellResult r;
+  r.cell = core::Cell{"k", "cpu", core::MaskSpec::parse("causal"), 128, {4, 2}, 64, "bf16", "fwd", ""};
+  r.status = core::CellStatus::ok;
+  r.times_ms = {0.14265599846839905, 1234.5678901, 0.0, 3.0, 7.25e-5};
+  r.median_ms = 0.14265599846839905;
+  const nlohmann::json j = r.to_json();
+  const std::vector<double> all = j["time_ms"]["all"].get<std::vector<double>>();
+  ASSERT_EQ(all.size(), r.times_ms.size());
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_NEAR(all[i], r.times_ms[i], 5e-6 * std::abs(r.times_ms[i])) << i;
+  EXPECT_EQ(j["time_ms"]["all"].dump(), "[0.142656,1234.57,0.0,3.0,7.25e-05]");
+  EXPECT_DOUBLE_EQ(j["time_ms"]["median"].get<double>(), 0.14265599846839905);
+}
+
 TEST_F(Session, AnExistingResultsFileIsKeptWithoutForce) {
   const auto out = results_ / "kept.jsonl";
   run(kTinySpec, to(out));

@@ -553,17 +553,26 @@ std::vector<int32_t> long_walk_parts(const TileSchedule& s, int32_t share) {
 }
 
 double split_forward_cost(const TileSchedule& s, const std::vector<int32_t>& parts, int32_t heads, int32_t slots,
-                          int32_t head_dim) {
+                          int32_t head_dim, double cutoff) {
   const TileSchedule v = split_row_tiles(s, parts);
-  double cost = double(forward_makespan(v, forward_row_costs(v, kSplitKvBlockTiles), v.heads_together, heads, slots));
+  double combine = 0.0;
   if (!v.split_rows.empty()) {
     // The combine pass reads every part's fp32 O and LSE of a split row and writes its O (16-bit).
     const double places = double(v.split_first.back()) * s.tile_rows * heads;
     const double rows = double(v.split_rows.size()) * s.tile_rows * heads;
     const double bytes = places * (head_dim + 1) * 4.0 + rows * head_dim * 2.0;
-    cost += bytes / kSplitKvCombineBytes * (kSplitKvCellRate / (256.0 * head_dim));
+    combine = bytes / kSplitKvCombineBytes * (kSplitKvCellRate / (256.0 * head_dim));
   }
-  return cost;
+  const std::vector<int64_t> row_cost = forward_row_costs(v, kSplitKvBlockTiles);
+  if (cutoff < std::numeric_limits<double>::infinity() && slots > 0) {
+    // The blocks' work spread evenly over the SMs bounds the dispatch from below: where that already
+    // reaches the cutoff, the dispatch is not simulated.
+    double work = 0.0;
+    for (const int64_t c : row_cost) work += double(c);
+    const double bound = work * heads / slots + combine;
+    if (bound >= cutoff) return bound;
+  }
+  return double(forward_makespan(v, row_cost, v.heads_together, heads, slots)) + combine;
 }
 
 double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, int32_t slots, int32_t head_dim) {
@@ -587,7 +596,7 @@ std::vector<int32_t> forward_split_parts(const TileSchedule& s, int32_t heads, i
   double best_cost = whole;
   auto consider = [&](std::vector<int32_t> parts) {
     if (most_parts(parts) <= 1) return;
-    const double c = split_forward_cost(s, parts, heads, slots, head_dim);
+    const double c = split_forward_cost(s, parts, heads, slots, head_dim, best_cost);
     if (c < best_cost) best = std::move(parts), best_cost = c;
   };
   for (int32_t parts = 2; parts <= kMaxSplitKvParts; ++parts)

@@ -7,6 +7,7 @@
 #include <lca/abi.h>
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace lca_flex_flash {
@@ -102,9 +103,11 @@ constexpr double kSplitKvCombineBytes = 3.0e12;
 constexpr double kSplitKvGain = 0.97;
 constexpr int32_t kMaxSplitKvParts = 4;
 // The predicted time (in cells of one SM) of the forward over s split as `parts` says (empty: not
-// split), or every row tile into `parts`.
+// split), or every row tile into `parts`. With a cutoff, where the split's work spread evenly over
+// the SMs (plus its combine) already reaches it, that bound instead (at least the cutoff, at most
+// the time): forward_split_parts skips simulating splits that cannot beat the best so far.
 double split_forward_cost(const TileSchedule& s, const std::vector<int32_t>& parts, int32_t heads, int32_t slots,
-                          int32_t head_dim);
+                          int32_t head_dim, double cutoff = std::numeric_limits<double>::infinity());
 double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, int32_t slots, int32_t head_dim);
 std::vector<int32_t> forward_split_parts(const TileSchedule& s, int32_t heads, int32_t slots, int32_t head_dim);
 // No split of s ends sooner than this (in split_forward_cost's units): the unsplit blocks' tiles and

@@ -771,9 +771,21 @@ TEST(FlexSchedule, SplitKvBoundHoldsForEverySplit) {
         s.heads_together = lca_flex_flash::forward_heads_together(s, heads, 132);
         const double bound = split_forward_bound(s, heads, 132);
         EXPECT_LE(bound, split_forward_cost(s, std::vector<int32_t>{}, heads, 132, 128) + 1e-6);
+        const double whole = split_forward_cost(s, std::vector<int32_t>{}, heads, 132, 128);
         for (int32_t k = 2; k <= lca_flex_flash::kMaxSplitKvParts; ++k) {
           EXPECT_LE(bound, split_forward_cost(s, k, heads, 132, 128) + 1e-6) << "parts " << k;
           EXPECT_LE(bound, split_forward_cost(s, long_walk_parts(s, k), heads, 132, 128) + 1e-6) << "long " << k;
+          // With a cutoff the cost is the same, or a bound at least the cutoff and at most the cost:
+          // a split that cannot beat the cutoff is not simulated, and none that can is lost.
+          for (const std::vector<int32_t>& parts :
+               {std::vector<int32_t>(static_cast<size_t>(s.row_tiles), k), long_walk_parts(s, k)}) {
+            const double full = split_forward_cost(s, parts, heads, 132, 128);
+            const double cut = split_forward_cost(s, parts, heads, 132, 128, 0.97 * whole);
+            if (cut != full) {
+              EXPECT_GE(cut, 0.97 * whole) << "parts " << k;
+              EXPECT_LE(cut, full + 1e-6) << "parts " << k;
+            }
+          }
         }
       }
   auto c = p.generate("causal", "{}", 44748, 42);

@@ -254,10 +254,21 @@ int cmd_cp_model(const Options& opt) {
     const auto fwd = pi->find("forward");
     return fwd == pi->end() || !fwd->is_object() || fwd->contains("heads_together");
   };
+  // Whether it split the forward's row tiles by default (split-KV: its plan_info names
+  // split_row_tiles, and its options do not turn fwd_split off).
+  auto split_forward = [](const nlohmann::json& r) {
+    const auto pi = r.find("plan_info");
+    if (pi == r.end() || !pi->is_object()) return false;
+    const auto fwd = pi->find("forward");
+    if (fwd == pi->end() || !fwd->is_object() || !fwd->contains("split_row_tiles")) return false;
+    const auto o = r.find("options");
+    return o == r.end() || !o->is_object() || o->value("fwd_split", std::string("auto")) != "off";
+  };
   auto rate_for = [&](const core::MaskSpec& spec, const core::model::Problem& P, const std::string& dtype,
                       int64_t* at, core::model::KernelRate& rate) {
     rate.unit_ms = 0;
     rate.heads_together = true;
+    rate.fwd_split = false;
     if (opt.model_rate > 0) {
       rate.tflops = opt.model_rate;
       return;
@@ -282,12 +293,14 @@ int cmd_cp_model(const Options& opt) {
         const double from_tflops = r["tflops"].get<double>();
         const int sms = r.value("run_sms", 0) > 0 ? r.value("run_sms", 0) : su.machine.sms;
         rate.heads_together = grouped_heads(r);
+        rate.fwd_split = split_forward(r);
         rate.unit_ms = core::model::calibrate_tiles(one, core::model::mask_flops(one) / (from_tflops * 1e12) * 1e3, sms,
-                                                    rate.heads_together);
+                                                    rate.heads_together, rate.fwd_split);
         const lca_mask whole{sizeof(lca_mask), P.seqlen, P.seqlen, static_cast<int64_t>(P.slices.size()),
                              P.slices.data(), nullptr, 0, nullptr};
         const double units =
-            core::model::tile_units(whole, P.backward, P.heads_q, P.heads_kv, sms, rate.heads_together);
+            core::model::tile_units(whole, P.backward, P.heads_q, P.heads_kv, sms, rate.heads_together, rate.fwd_split,
+                                    P.head_dim);
         if (units <= 0 || rate.unit_ms <= 0)
           throw std::runtime_error("--rate-from " + opt.model_rate_from + ": no tile to time the mask by");
         rate.tflops = core::model::mask_flops(P) / (units * rate.unit_ms * 1e-3) / 1e12;
@@ -304,7 +317,9 @@ int cmd_cp_model(const Options& opt) {
     const double ms = core::model::mask_flops(one) / (rate.tflops * 1e12) * 1e3;
     const int sms = r.value("run_sms", 0);
     rate.heads_together = grouped_heads(r);
-    rate.unit_ms = core::model::calibrate_tiles(one, ms, sms > 0 ? sms : su.machine.sms, rate.heads_together);
+    rate.fwd_split = split_forward(r);
+    rate.unit_ms = core::model::calibrate_tiles(one, ms, sms > 0 ? sms : su.machine.sms, rate.heads_together,
+                                                rate.fwd_split);
   };
 
   if (!opt.model_validate.empty()) {

@@ -74,6 +74,10 @@ struct KernelRate {
   // The forward's heads in the groups the kernel's plan picks (tile_units); false where the kernel
   // that gave the rates ran them heads outer (its records name no heads_together).
   bool heads_together = true;
+  // The forward's row tiles split along their keys as the kernel's plan splits them (split-KV,
+  // forward_split_parts: long walks alone); false where the kernel that gave the rates did not
+  // split by default (its records name no split_row_tiles, or their options turn fwd_split off).
+  bool fwd_split = false;
 };
 
 struct Problem {
@@ -137,6 +141,7 @@ double mask_flops(const Problem& problem);
 
 // The time of a tile unit (KernelRate::unit_ms) from a one-GPU measurement of the whole problem:
 // `measured_ms` / the problem's simulated tile units on `sms` SMs. 0 where the mask has no cells.
-double calibrate_tiles(const Problem& one_gpu, double measured_ms, int sms, bool heads_together = true);
+double calibrate_tiles(const Problem& one_gpu, double measured_ms, int sms, bool heads_together = true,
+                       bool fwd_split = false);
 
 }  // namespace lca::core::model

@@ -21,7 +21,8 @@ TileCount count_tiles(const lca_mask& mask, bool backward) {
   return c;
 }
 
-double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots, bool heads_together) {
+double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots, bool heads_together,
+                  bool fwd_split, int head_dim) {
   if (mask.num_slices == 0 || mask.seqlen_q == 0 || mask.seqlen_k == 0) return 0.0;
   ff::TileSchedule s = ff::build_schedule(mask, /*by_query=*/!backward, kModelTileRows);
   if (s.full_tiles + s.partial_tiles == 0) return 0.0;
@@ -30,6 +31,11 @@ double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv
   // alone heads outer starts them early, as the kernel does.
   if (!backward) {
     s.heads_together = heads_together ? ff::forward_heads_together(s, heads_q, slots) : 1;
+    // Split-KV as plan() takes it: a split row tile's parts are blocks of their own (the pass that
+    // combines them is left out: a few rows' O and LSE).
+    if (fwd_split)
+      if (const std::vector<int32_t> parts = ff::forward_split_parts(s, heads_q, slots, head_dim); ff::most_parts(parts) > 1)
+        return double(ff::simulated_forward_makespan(ff::split_row_tiles(s, parts), heads_q, slots));
     return double(ff::simulated_forward_makespan(s, heads_q, slots));
   }
   // The backward's blocks as its plan makes them (key tiles paired on causal-like masks, long walks

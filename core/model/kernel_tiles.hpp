@@ -27,8 +27,10 @@ TileCount count_tiles(const lca_mask& mask, bool backward);
 // The kernel's simulated makespan on `slots` SMs (flex_flash's dispatch simulations: a block a
 // row tile and head, each costing its tiles plus the block's fixed cost), in that pass's units.
 // heads_together: the forward's heads go out in the groups plan() picks (forward_heads_together);
-// false: heads outer, as flex_flash ran before it grouped them. 0 for a mask with no cells.
+// false: heads outer, as flex_flash ran before it grouped them. fwd_split: the forward's row tiles
+// split as plan() splits them at this head dim (split-KV: forward_split_parts), each part a block.
+// 0 for a mask with no cells.
 double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots,
-                  bool heads_together = true);
+                  bool heads_together = true, bool fwd_split = false, int head_dim = 128);
 
 }  // namespace lca::core::model

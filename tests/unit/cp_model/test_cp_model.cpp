@@ -371,6 +371,29 @@ TEST(KernelTiles, TheForwardsHeadsGoOutAsThePlanGroupsThem) {
   EXPECT_EQ(lca::core::model::tile_units(v, false, 1, 1, 132, false), lca::core::model::tile_units(v, false, 1, 1, 132, true));
 }
 
+TEST(KernelTiles, TheForwardsLongWalksSplitAsThePlanSplitsThem) {
+  // A few rows that see every key beside a narrow band (global_sliding's shape: 18 global tokens, a
+  // 294-token window) at 8 heads: whole, the global rows' 8 blocks end the grid alone; split as
+  // plan() splits them (fwd_split, the default since split-KV's long-walk split) the model's call
+  // ends sooner. Full has no long walk: the same either way. The backward does not split this way.
+  const int64_t S = 39936, g = 18, w = 294;
+  std::vector<lca_slice> m = {slice(0, g, 0, S, LCA_SLICE_FULL), slice(g, S, 0, g, LCA_SLICE_FULL)};
+  for (int64_t a = g; a < S; a += 128) {  // the band, 128 rows at a time
+    const int64_t b = std::min(S, a + 128);
+    m.push_back(slice(a, b, std::max(g, a - w), std::min(S, b + w), LCA_SLICE_FULL));
+  }
+  const auto v = view(m, S, S);
+  const double whole = lca::core::model::tile_units(v, false, 8, 1, 132, true, false, 64);
+  const double split = lca::core::model::tile_units(v, false, 8, 1, 132, true, true, 64);
+  EXPECT_LT(split, 0.8 * whole);
+  EXPECT_EQ(lca::core::model::tile_units(v, true, 8, 1, 132, true, false, 64),
+            lca::core::model::tile_units(v, true, 8, 1, 132, true, true, 64));
+  const std::vector<lca_slice> f = {slice(0, S, 0, S, LCA_SLICE_FULL)};
+  const auto fv = view(f, S, S);
+  EXPECT_EQ(lca::core::model::tile_units(fv, false, 8, 1, 132, true, false, 64),
+            lca::core::model::tile_units(fv, false, 8, 1, 132, true, true, 64));
+}
+
 TEST(CpModel, TilesCalibratedOnTheWholeMaskGiveItsTimeOnOneRank) {
   // One rank computes the whole mask in one call: by tiles, exactly the calibration's time.
   const int64_t S = 16384;

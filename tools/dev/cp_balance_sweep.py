@@ -38,7 +38,7 @@ def run(args):
     with open(args.out, "w") as out, tempfile.TemporaryDirectory() as tmp:
         for tokens, seed, (hq, hkv) in itertools.product(TOKENS, SEEDS, HEADS):
             js = os.path.join(tmp, "p.json")
-            cmd = [args.lcahost, "cp-model", "--rates", RATES, "--probe", PROBE, "--gpus-per-node", "8",
+            cmd = [args.lcahost, "cp-model", "--rates", args.rates, "--probe", PROBE, "--gpus-per-node", "8",
                    "--rate-from", args.rate_from, "--masks", ",".join(masks), "--pass", "fwd,bwd",
                    "--worlds", ",".join(map(str, WORLDS)), "--tokens-per-gpu", str(tokens), "--seed", str(seed),
                    "--heads-q", str(hq), "--heads-kv", str(hkv), "--strategies", "balanced",
@@ -108,6 +108,7 @@ def main():
     r.add_argument("--label", required=True)
     r.add_argument("--cp-options", default="{}")
     r.add_argument("--rate-from", default="causal_document:dist=uniform:2048-20480")
+    r.add_argument("--rates", default=RATES, help="one-GPU results whose rates time the local calls (default: the 4-H200 cp-balance run)")
     r.add_argument("--out", required=True)
     c = sub.add_parser("compare")
     c.add_argument("files", nargs="+")

@@ -339,6 +339,7 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                   const lca_cp_config config{sizeof(lca_cp_config), comm::as_comm_ref(*timed_world), timed_kernel.ref(),
                                              &problem, &gm->mask(), cp.options_json.c_str()};
                   lca_cp_plan* plan = nullptr;
+                  (void)timed_kernel.take_plans();  // this cell's local plans only
                   const lca_status ps = strategy->vtable().plan(strategy->get(), &config, &exec, &plan);
                   if (reduce(control, ps == LCA_OK ? 0.0 : 1.0, LCA_REDUCE_MAX) > 0) {
                     const std::string why = ps == LCA_OK ? "another rank refused the plan" : strategy->vtable().last_error();
@@ -354,6 +355,21 @@ SessionSummary run_cp_session(const Registry& registry, MaskSource& masks, const
                     const lca_exec* e;
                     ~PlanGuard() { s.vtable().destroy_plan(s.get(), p, e); }
                   } guard{*strategy, plan, &exec};
+                  // The local kernel's plans (TimedKernel: its plan_info folded): how many and how
+                  // many split a pass, summed over ranks; the kernels rank 0's plans chose.
+                  {
+                    const nlohmann::json mine = timed_kernel.take_plans();
+                    nlohmann::json local = {
+                        {"plans", static_cast<int64_t>(reduce(control, mine.value("plans", 0), LCA_REDUCE_SUM))}};
+                    for (const char* pass : {"forward", "backward"}) {
+                      const auto split = mine.find("split");
+                      const double n = split != mine.end() ? split->value(pass, 0) : 0;
+                      if (const double all = reduce(control, n, LCA_REDUCE_SUM); all > 0)
+                        local["split"][pass] = static_cast<int64_t>(all);
+                    }
+                    if (mine.contains("kernels")) local["kernels_rank0"] = mine["kernels"];
+                    r.plan_info = {{"local_plans", local}};
+                  }
 
                   // Every rank's tokens (rank 0 places the gathered rows with them).
                   std::vector<std::vector<lca_token_range>> ranges(static_cast<size_t>(W));

@@ -5,6 +5,7 @@
 
 #include <lca/error.hpp>
 
+#include <cstddef>
 #include <string>
 
 namespace lca::core {
@@ -140,7 +141,19 @@ void t_destroy(lca_kernel*) {}
 lca_status t_plan(lca_kernel* k, const lca_problem* p, const lca_mask* m, const lca_exec* e, lca_plan** out) {
   TimedKernel& t = of(k);
   g_last_real = t.real.vtable;
-  return t.real.vtable->plan(t.real.kernel, p, m, e, out);
+  const lca_status s = t.real.vtable->plan(t.real.kernel, p, m, e, out);
+  const lca_kernel_vtable& v = *t.real.vtable;
+  if (s == LCA_OK && out && *out &&
+      v.struct_size >= offsetof(lca_kernel_vtable, plan_info) + sizeof(v.plan_info) && v.plan_info) {
+    nlohmann::json info;
+    if (const char* text = v.plan_info(t.real.kernel, *out)) info = nlohmann::json::parse(text, nullptr, false);
+    if (info.is_object()) fold_plan_info(t.plans, info);
+    else t.plans["plans"] = t.plans.value("plans", 0) + 1;
+  } else if (s == LCA_OK) {
+    t.plans["plans"] = t.plans.value("plans", 0) + 1;
+  }
+  g_last_real = t.real.vtable;  // last_error stays the real kernel's
+  return s;
 }
 
 void t_destroy_plan(lca_kernel* k, lca_plan* plan, const lca_exec* e) {
@@ -179,6 +192,27 @@ lca_status t_backward(lca_kernel* k, lca_plan* plan, const lca_bwd_args* a, cons
 const char* t_last_error() { return g_last_real ? g_last_real->last_error() : g_own_error.c_str(); }
 
 }  // namespace
+
+void fold_plan_info(nlohmann::json& summary, const nlohmann::json& info) {
+  summary["plans"] = summary.value("plans", 0) + 1;
+  for (const auto& [pass, v] : info.items()) {
+    if (!v.is_object()) continue;
+    if (const auto kernel = v.find("kernel"); kernel != v.end() && kernel->is_string()) {
+      nlohmann::json& n = summary["kernels"][pass][kernel->get<std::string>()];
+      n = n.is_number() ? n.get<int>() + 1 : 1;
+    }
+    if (const auto splits = v.find("splits"); splits != v.end() && splits->is_number() && splits->get<double>() > 1) {
+      nlohmann::json& n = summary["split"][pass];
+      n = n.is_number() ? n.get<int>() + 1 : 1;
+    }
+  }
+}
+
+nlohmann::json TimedKernel::take_plans() {
+  nlohmann::json out = std::move(plans);
+  plans = nlohmann::json::object();
+  return out;
+}
 
 std::unique_ptr<comm::Communicator> make_timed_communicator(comm::Communicator& inner, IntervalClock& clock) {
   return std::make_unique<TimedCommunicator>(nullptr, &inner, clock);

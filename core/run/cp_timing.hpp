@@ -8,6 +8,7 @@
 #include "core/comm/communicator.hpp"
 
 #include <lca/abi.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <memory>
@@ -42,19 +43,28 @@ class IntervalClock {
 // send/recv to group_end. The ref does not own `inner`, which must outlive it.
 std::unique_ptr<comm::Communicator> make_timed_communicator(comm::Communicator& inner, IntervalClock& clock);
 
-// A kernel lent to a strategy with forward/backward timed on `clock`; plans pass through.
+// A kernel lent to a strategy with forward/backward timed on `clock`; plans pass through, and
+// the plan_info of each (where the kernel has one) is folded into a summary (fold_plan_info)
+// that take_plans() hands over and clears.
 // Lifetime: the real kernel's owner and `clock` outlive the TimedKernel and every plan made
 // through it.
 class TimedKernel {
  public:
   TimedKernel(lca_kernel_ref real, IntervalClock& clock);
   lca_kernel_ref ref() { return lca_kernel_ref{sizeof(lca_kernel_ref), &vtable_, reinterpret_cast<lca_kernel*>(this)}; }
+  nlohmann::json take_plans();
 
   lca_kernel_ref real;
   IntervalClock& clock;
+  nlohmann::json plans = nlohmann::json::object();  // the summary so far
 
  private:
   lca_kernel_vtable vtable_{};
 };
+
+// Adds one plan's plan_info to a summary of a CP cell's local plans: "plans" (how many), and for
+// each pass object of the info (a top-level object, e.g. "forward") the count of each "kernel" it
+// names ("kernels") and of plans whose "splits" is over 1 ("split": split-KV's parts).
+void fold_plan_info(nlohmann::json& summary, const nlohmann::json& info);
 
 }  // namespace lca::core

@@ -1,6 +1,7 @@
 # lcahost_cp_np2_kernel_options (CMakeLists.txt): --kernel-options reach the CP run's local kernel.
 # Its cells are labelled with them (kept apart from runs without them) and the run record names
-# them; a bad option is the kernel's one message on every rank, not a hang.
+# them; a bad option is the kernel's one message on every rank, not a hang. Each cell counts the
+# local kernel's plans (plan_info.local_plans).
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 set(file ${OUT}.jsonl)
 file(REMOVE ${file})
@@ -16,6 +17,11 @@ foreach(line IN LISTS cells)
   string(JSON status GET "${line}" status)
   if(NOT label STREQUAL "ring_p2p/cpu_reference[accumulate=f64]" OR NOT status STREQUAL "ok")
     message(FATAL_ERROR "expected an ok cell labelled ring_p2p/cpu_reference[accumulate=f64]: ${line}")
+  endif()
+  # The local kernel's plans, summed over both ranks (two block pairs a rank on the ring).
+  string(JSON plans ERROR_VARIABLE missing GET "${line}" plan_info local_plans plans)
+  if(missing OR plans LESS 2)
+    message(FATAL_ERROR "a CP cell without its local plans' count: ${line}")
   endif()
 endforeach()
 file(STRINGS ${file} runs REGEX "\"type\":\"run\"")

@@ -2,6 +2,7 @@
 // check; skipped cells are X with a reason; E and FAIL are results and the run goes on.
 #include "core/report/results.hpp"
 #include "core/run/backend.hpp"
+#include "core/run/cp_timing.hpp"
 #include "core/run/runner.hpp"
 #include "core/run/session.hpp"
 #include "run_support.hpp"
@@ -796,6 +797,31 @@ TEST(AllocCache, OnUnlessTurnedOffAndAnyOtherValueIsRefusedByName) {
       EXPECT_NE(what.find("or 0"), std::string::npos) << what;
     }
   }
+}
+
+}  // namespace
+}  // namespace lca::test
+
+namespace lca::test {
+namespace {
+
+// A CP cell's local plans: each plan_info folds into the count of plans, each pass's kernels
+// and the plans that split a pass (split-KV's "splits" over 1); objects without a kernel or a
+// split add nothing but the plan.
+TEST(CpLocalPlans, PlanInfoFoldsIntoCounts) {
+  nlohmann::json summary = nlohmann::json::object();
+  core::fold_plan_info(summary, {{"forward", {{"kernel", "sm90_k128"}, {"splits", 1}}},
+                                 {"backward", {{"kernel", "sm90_skip"}}}});
+  core::fold_plan_info(summary, {{"forward", {{"kernel", "sm90_persistent"}, {"splits", 3}}},
+                                 {"backward", {{"kernel", "sm90_skip"}}}});
+  core::fold_plan_info(summary, {{"forward", {{"kernel", "sm90_k128"}, {"splits", 2}}}, {"compile_ms", 3.5}});
+  core::fold_plan_info(summary, nlohmann::json::object());
+  EXPECT_EQ(summary["plans"], 4);
+  EXPECT_EQ(summary["kernels"]["forward"]["sm90_k128"], 2);
+  EXPECT_EQ(summary["kernels"]["forward"]["sm90_persistent"], 1);
+  EXPECT_EQ(summary["kernels"]["backward"]["sm90_skip"], 2);
+  EXPECT_EQ(summary["split"]["forward"], 2);
+  EXPECT_FALSE(summary["split"].contains("backward"));
 }
 
 }  // namespace

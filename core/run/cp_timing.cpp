@@ -2,10 +2,10 @@
 #include "core/run/cp_timing.hpp"
 
 #include "core/cuda/gpu.hpp"
+#include "core/run/runner.hpp"
 
 #include <lca/error.hpp>
 
-#include <cstddef>
 #include <string>
 
 namespace lca::core {
@@ -142,17 +142,10 @@ lca_status t_plan(lca_kernel* k, const lca_problem* p, const lca_mask* m, const 
   TimedKernel& t = of(k);
   g_last_real = t.real.vtable;
   const lca_status s = t.real.vtable->plan(t.real.kernel, p, m, e, out);
-  const lca_kernel_vtable& v = *t.real.vtable;
-  if (s == LCA_OK && out && *out &&
-      v.struct_size >= offsetof(lca_kernel_vtable, plan_info) + sizeof(v.plan_info) && v.plan_info) {
-    nlohmann::json info;
-    if (const char* text = v.plan_info(t.real.kernel, *out)) info = nlohmann::json::parse(text, nullptr, false);
-    if (info.is_object()) fold_plan_info(t.plans, info);
-    else t.plans["plans"] = t.plans.value("plans", 0) + 1;
-  } else if (s == LCA_OK) {
-    t.plans["plans"] = t.plans.value("plans", 0) + 1;
+  if (s == LCA_OK && out && *out) {
+    const nlohmann::json info = read_plan_info(*t.real.vtable, t.real.kernel, *out);
+    fold_plan_info(t.plans, info.is_object() ? info : nlohmann::json::object());
   }
-  g_last_real = t.real.vtable;  // last_error stays the real kernel's
   return s;
 }
 

@@ -78,20 +78,6 @@ lca_tensor thd(void* data, int32_t dtype, int64_t tokens, int64_t heads, int64_t
 
 uint64_t mix(uint64_t seed, uint64_t salt) { return seed * 1000003ull + salt * 7919ull + 17ull; }
 
-// ABI 1.1: the kernel's facts about a plan; null for plugins built before it, or none.
-nlohmann::json read_plan_info(const KernelInstance& k, lca_plan* plan) {
-  const lca_kernel_vtable& vt = k.vtable();
-  if (vt.struct_size < offsetof(lca_kernel_vtable, plan_info) + sizeof(vt.plan_info) || vt.plan_info == nullptr)
-    return nullptr;
-  const char* text = vt.plan_info(k.get(), plan);
-  if (text == nullptr || *text == 0) return nullptr;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    spdlog::warn("plan_info of a plan is not a JSON object; recorded as text");
-    return nlohmann::json{{"text", text}};
-  }
-  return j;
-}
 
 // Calls of one() past the `calls` already made, for as long as this process wants more (want,
 // given the calls so far and the milliseconds since t0) and agree (CP ranks: whether any rank does)
@@ -201,6 +187,19 @@ uint64_t input_seed(uint64_t run_seed, int64_t S, int hq, int hkv, int d, int wh
   const uint64_t problem = mix(run_seed, static_cast<uint64_t>(S) * 131 + static_cast<uint64_t>(hq) * 7 +
                                              static_cast<uint64_t>(hkv) * 3 + static_cast<uint64_t>(d));
   return mix(problem, static_cast<uint64_t>(which));
+}
+
+nlohmann::json read_plan_info(const lca_kernel_vtable& vt, lca_kernel* kernel, lca_plan* plan) {
+  if (vt.struct_size < offsetof(lca_kernel_vtable, plan_info) + sizeof(vt.plan_info) || vt.plan_info == nullptr)
+    return nullptr;
+  const char* text = vt.plan_info(kernel, plan);
+  if (text == nullptr || *text == 0) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    spdlog::warn("plan_info of a plan is not a JSON object; recorded as text");
+    return nlohmann::json{{"text", text}};
+  }
+  return j;
 }
 
 double attention_flops(int64_t area, int head_dim, int heads_q, bool backward) {
@@ -457,7 +456,7 @@ CellResult Runner::run_cell_unchecked(const Cell& cell) {
       },
       options_.repeats, options_.repeat_ms);
   be.synchronize();
-  r.plan_info = read_plan_info(*k, plan);
+  r.plan_info = read_plan_info(k->vtable(), k->get(), plan);
   r.total_peak_bytes = be.peak_bytes() - before;
   r.attn_peak_bytes = r.total_peak_bytes > io_bytes ? r.total_peak_bytes - io_bytes : 0;
   set_time_stats(r);

@@ -60,6 +60,10 @@ uint64_t input_seed(uint64_t run_seed, int64_t seqlen, int heads_q, int heads_kv
 // fwd: 4 * area * head_dim * heads_q; bwd: 2.5x that.
 double attention_flops(int64_t area, int head_dim, int heads_q, bool backward);
 
+// ABI 1.1: a kernel's facts about a plan (plan_info); null for plugins built before it, or none;
+// {"text": ...} where it is not a JSON object.
+nlohmann::json read_plan_info(const lca_kernel_vtable& vt, lca_kernel* kernel, lca_plan* plan);
+
 struct RunnerOptions {
   int warmup = 1;
   double warmup_ms = 0;  // MatrixSpec::warmup_ms

@@ -462,6 +462,14 @@ std::vector<int64_t> forward_row_costs(const TileSchedule& s, int64_t block_tile
   return row_cost;
 }
 
+// Every head's blocks of these row costs spread evenly over `slots` SMs (0 without SMs).
+double spread_over(const std::vector<int64_t>& row_cost, int32_t heads, int32_t slots) {
+  if (slots <= 0) return 0.0;
+  double work = 0.0;
+  for (const int64_t c : row_cost) work += double(c);
+  return work * heads / slots;
+}
+
 int64_t forward_makespan(const TileSchedule& s, const std::vector<int64_t>& row_cost, int32_t together,
                          int32_t heads, int32_t slots) {
   // In the kernels' launch order (forward_block over the busy row tiles: those without runs are
@@ -564,13 +572,10 @@ double split_forward_cost(const TileSchedule& s, const std::vector<int32_t>& par
     combine = bytes / kSplitKvCombineBytes * (kSplitKvCellRate / (256.0 * head_dim));
   }
   const std::vector<int64_t> row_cost = forward_row_costs(v, kSplitKvBlockTiles);
-  if (cutoff < std::numeric_limits<double>::infinity() && slots > 0) {
+  if (cutoff < std::numeric_limits<double>::infinity()) {
     // The blocks' work spread evenly over the SMs bounds the dispatch from below: where that already
     // reaches the cutoff, the dispatch is not simulated.
-    double work = 0.0;
-    for (const int64_t c : row_cost) work += double(c);
-    const double bound = work * heads / slots + combine;
-    if (bound >= cutoff) return bound;
+    if (const double bound = spread_over(row_cost, heads, slots) + combine; bound >= cutoff) return bound;
   }
   return double(forward_makespan(v, row_cost, v.heads_together, heads, slots)) + combine;
 }
@@ -580,10 +585,7 @@ double split_forward_cost(const TileSchedule& s, int32_t parts, int32_t heads, i
 }
 
 double split_forward_bound(const TileSchedule& s, int32_t heads, int32_t slots) {
-  if (slots <= 0) return 0.0;
-  double work = 0.0;
-  for (const int64_t c : forward_row_costs(s, kSplitKvBlockTiles)) work += double(c);
-  return work * heads / slots;
+  return spread_over(forward_row_costs(s, kSplitKvBlockTiles), heads, slots);
 }
 
 std::vector<int32_t> forward_split_parts(const TileSchedule& s, int32_t heads, int32_t slots, int32_t head_dim) {

@@ -244,7 +244,7 @@ inline bool wg3_dispatch_faster(const TileSchedule& rows128, const TileSchedule&
 // long ends on a partly empty wave that can cost more than three consumers gain; split, both grids
 // end on fuller waves (full at 7680 tokens, 8:1: 192-row tiles in 2 parts ran 1.145x the 128-row
 // tiles unsplit, docs/results/2026-11-28-h200-fwd-split.md).
-// forced_parts: the split the "fwd_split" option forces on a schedule (split_parts_of), or null.
+// forced_parts: the split the "fwd_split" option forces on a schedule (forced_split_parts), or null.
 inline bool wg3_split_keeps_gain(const TileSchedule& rows128, const TileSchedule& rows192, int32_t heads_q,
                                  int32_t slots, const std::function<std::vector<int32_t>(const TileSchedule&)>& forced_parts) {
   if (slots <= 0) return true;
@@ -585,8 +585,8 @@ inline std::vector<BwdItem> skip_split_walks(const std::vector<BwdItem>& items, 
 // And only where most reuses of a query tile would miss L2 (far_reuse_share over kFarReuses: the
 // places walked since its last visit, key tiles in order, exceed the range's places; a walk's places
 // counted for every query head of its kv head and every kv head that goes out with it, heads inner,
-// as the walks whole would): the point of ranges. global_sliding with a few global tokens beside a narrow window passed the rule above by its
-// idle tile parts (18 global tokens, window 294: idle 0.13), but its walks reuse the global rows'
+// as the walks whole would): the point of ranges. global_sliding with a few global tokens beside a
+// narrow window passed the rule above by its idle tile parts (18 global tokens, window 294: idle 0.13), but its walks reuse the global rows'
 // tile at every key tile and their window's tiles at the next few (far share 0.15-0.20 at any
 // length): split by ranges, every key tile's walk became a part on the global rows' tile and one on
 // its window, a range's parts adding into those rows' dQ together, and the backward ran 4.4x slower
@@ -596,7 +596,8 @@ inline std::vector<BwdItem> skip_split_walks(const std::vector<BwdItem>& items, 
 // seeded draws (6161, 7272; global_sliding, block_sparse, causal_blockwise; 8:1 to 64:8, d64 and
 // d128, 30717-87897 tokens) it changed 19 of 96 cells, all global_sliding: 0.983-2.23x, geomean 1.20
 // (docs/results/2026-11-28-h200-bwd-far-reuse.md); at 64:8 with long windows (73 global tokens,
-// window 2232, 4 kv heads together) the kv heads' count keeps ranges, which ran 1.70x whole there.
+// window 2232, 4 kv heads together) counting the kv heads keeps ranges there, where they ran 1.70x
+// the walks whole.
 constexpr double kEvenVisits = 2.0;
 constexpr double kFarReuses = 0.5;
 constexpr int64_t kRangeBytesPerRow = 2 + 2 + 4;  // Q, dO (16-bit) and dQ (fp32) a row and head dim

@@ -864,6 +864,28 @@ TEST(FlexSchedule, ThreeConsumerTilesWeighedByTheirSplit) {
   }
 }
 
+// kWg3CellSpeedup where the H200 placed it: heads 8:1 at head dim 64, the 192-row grid costing
+// 1.08-1.10x the 128-row grid's cells (full at 22505 tokens, causal at 8879: measured 1.09x and 1.11x
+// faster with 192-row tiles, docs/results/2026-11-28-h200-fwd-d64-wg3.md) takes the 192-row tiles;
+// full at 8158 (1.125x the cells, 1.06x faster measured) still keeps 128 rows.
+TEST(FlexSchedule, ThreeConsumerTilesUpToTheMeasuredGain) {
+  using lca_flex_flash::wg3_split_keeps_gain;
+  for (auto [name, seqlen, takes192] : {std::tuple{"full", int64_t{22505}, true}, std::tuple{"causal", int64_t{8879}, true},
+                                        std::tuple{"full", int64_t{8158}, false}}) {
+    auto g = BuiltinProvider::instance().generate(name, "{}", seqlen, 42);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    TileSchedule s128 = build_schedule(*g.mask, /*by_query=*/true, 128);
+    TileSchedule s192 = build_schedule(*g.mask, /*by_query=*/true, 192);
+    s128.heads_together = lca_flex_flash::forward_heads_together(s128, 8, 132);
+    s192.heads_together = lca_flex_flash::forward_heads_together(s192, 8, 132);
+    const double cells = double(lca_flex_flash::simulated_forward_makespan(s192, 8, 132)) /
+                         double(lca_flex_flash::simulated_forward_makespan(s128, 8, 132));
+    SCOPED_TRACE(std::string(name) + " " + std::to_string(seqlen) + ": cells ratio " + std::to_string(cells));
+    EXPECT_GT(cells, 1.08);  // the constant of before kept 128 rows on all three
+    EXPECT_EQ(wg3_split_keeps_gain(s128, s192, 8, 132, {}), takes192);
+  }
+}
+
 // TileSchedule::max_tiles: the longest row tile's scheduled tiles. At 4K, full: 64 on every row
 // tile; causal: the last row tile's 64; sliding_window (512 each side there): 1152 keys, 18 tiles
 // of 64. At 16K sliding_window (1024 each side): 2176 keys, 34 tiles.

@@ -322,6 +322,29 @@ int cmd_cp_model(const Options& opt) {
                                                 rate.fwd_split);
   };
 
+  // The machine and timing the predictions used, for --json.
+  auto machine_json = [&] {
+    return nlohmann::json{{"gpus_per_node", su.machine.gpus_per_node},
+                          {"intra", {{"GBps", su.machine.intra.GBps}, {"latency_us", su.machine.intra.latency_us}}},
+                          {"inter", {{"GBps", su.machine.inter.GBps}, {"latency_us", su.machine.inter.latency_us}}},
+                          {"intra_several_peers", {{"GBps", su.machine.intra.fanout.GBps},
+                                                   {"latency_us", su.machine.intra.fanout.latency_us}}},
+                          {"intra_lone_sender", {{"GBps", su.machine.intra.lone.GBps},
+                                                 {"latency_us", su.machine.intra.lone.latency_us}}},
+                          {"inter_several_peers", {{"GBps", su.machine.inter.fanout.GBps},
+                                                   {"latency_us", su.machine.inter.fanout.latency_us}}},
+                          {"hbm_GBps", su.machine.hbm_GBps},
+                          {"sms", su.machine.sms},
+                          {"kernel_time", by_tiles ? "tiles" : "area"},
+                          {"call_us", su.rate.call_us},
+                          {"message_us", su.machine.message_us}};
+  };
+  auto write_json = [&](const nlohmann::json& j) {
+    std::ofstream f(opt.model_json);
+    f << j.dump(1) << "\n";
+    if (!f) throw std::runtime_error("--json " + opt.model_json + ": cannot write the file");
+  };
+
   if (!opt.model_validate.empty()) {
     // Every measured multi-GPU cell at its own world size, mask, shape and pass, the local calls
     // timed both ways: by their FLOPs at the one-GPU rate (area) and by their tiles (tiles).
@@ -338,6 +361,7 @@ int cmd_cp_model(const Options& opt) {
       }
     } area, tiles;
     const bool show_tiles = opt.model_rate <= 0;
+    nlohmann::json compared = nlohmann::json::array();  // --json: a row a cell
     std::printf("%-15s %-30s %4s %-9s %8s %8s %7s %8s %7s  %s\n", "strategy", "mask", "pass", "heads", "measured",
                 "area", "error", show_tiles ? "tiles" : "", show_tiles ? "error" : "",
                 "kernel ms measured/model (busiest rank), comm/memory ms model (slowest)");
@@ -393,6 +417,17 @@ int cmd_cp_model(const Options& opt) {
                                          ? r["cp_ranks"]["compute_ms"].value("max", 0.0) : 0.0;
       double kernel_model = 0;  // the busiest rank's, as cp_ranks' max is
       for (const auto& x : p.ranks) kernel_model = std::max(kernel_model, x.kernel_ms);
+      compared.push_back({{"strategy", strategy},
+                          {"mask", spec.label()},
+                          {"world_size", W},
+                          {"pass", P.backward ? "bwd" : "fwd"},
+                          {"heads_q", P.heads_q},
+                          {"heads_kv", P.heads_kv},
+                          {"seqlen", P.seqlen},
+                          {"measured_tflops", measured},
+                          {"area", {{"tflops", pa.tflops_per_gpu}, {"error", ea}}},
+                          {"kernel_ms", {{"measured", kernel_measured}, {"model", kernel_model}}}});
+      if (show_tiles) compared.back()["tiles"] = {{"tflops", pt.tflops_per_gpu}, {"error", et}};
       std::string label = spec.label();
       if (label.size() > 30) label = label.substr(0, 29) + "~";
       std::printf("%-15s %-30s %4s %-9s %8.1f %8.1f %+6.1f%% %8s %7s  %.1f/%.1f, %.1f/%.1f\n", strategy.c_str(),
@@ -433,6 +468,19 @@ int cmd_cp_model(const Options& opt) {
     };
     line("area", area, !by_tiles);
     if (show_tiles) line("tiles", tiles, by_tiles);
+    if (!opt.model_json.empty()) {
+      auto summary = [](const Tally& t) {
+        return nlohmann::json{{"cells", t.n}, {"within_15pct", t.within}, {"mean_abs_error", t.sum_abs / t.n},
+                              {"worst_abs_error", t.worst}};
+      };
+      nlohmann::json sum{{"area", summary(area)}};
+      if (show_tiles) sum["tiles"] = summary(tiles);
+      write_json({{"type", "cp_model_validate"},
+                  {"validate", opt.model_validate},
+                  {"machine", machine_json()},
+                  {"summary", sum},
+                  {"cells", compared}});
+    }
     return 0;
   }
 
@@ -513,29 +561,7 @@ int cmd_cp_model(const Options& opt) {
       }
     }
   }
-  if (!opt.model_json.empty()) {
-    std::ofstream f(opt.model_json);
-    f << nlohmann::json{{"type", "cp_model"},
-                        {"machine",
-                         {{"gpus_per_node", su.machine.gpus_per_node},
-                          {"intra", {{"GBps", su.machine.intra.GBps}, {"latency_us", su.machine.intra.latency_us}}},
-                          {"inter", {{"GBps", su.machine.inter.GBps}, {"latency_us", su.machine.inter.latency_us}}},
-                          {"intra_several_peers", {{"GBps", su.machine.intra.fanout.GBps},
-                                                   {"latency_us", su.machine.intra.fanout.latency_us}}},
-                          {"intra_lone_sender", {{"GBps", su.machine.intra.lone.GBps},
-                                                 {"latency_us", su.machine.intra.lone.latency_us}}},
-                          {"inter_several_peers", {{"GBps", su.machine.inter.fanout.GBps},
-                                                   {"latency_us", su.machine.inter.fanout.latency_us}}},
-                          {"hbm_GBps", su.machine.hbm_GBps},
-                          {"sms", su.machine.sms},
-                          {"kernel_time", by_tiles ? "tiles" : "area"},
-                          {"call_us", su.rate.call_us},
-                          {"message_us", su.machine.message_us}}},
-                        {"predictions", all}}
-             .dump(1)
-      << "\n";
-    if (!f) throw std::runtime_error("--json " + opt.model_json + ": cannot write the file");
-  }
+  if (!opt.model_json.empty()) write_json({{"type", "cp_model"}, {"machine", machine_json()}, {"predictions", all}});
   return 0;
 }
 

@@ -186,7 +186,8 @@ int main(int argc, char** argv) {
                   "Split the slowest rank's time: the ideal (one GPU / world), imbalance, tiles (cut tiles and fixed "
                   "costs beyond the one-GPU mask's), exposed transfers, memory passes; with --validate, beside the "
                   "measured per-rank kernel and comm ms");
-  model->add_option("--json", opt.model_json, "Also write the predictions as JSON to this file");
+  model->add_option("--json", opt.model_json,
+                    "Also write the predictions as JSON to this file (with --validate: each cell measured and predicted, and the summary)");
   model->add_option("--format", opt.format, "table or md")->check(CLI::IsMember({"table", "md"}));
 
   auto* run_cell = app.add_subcommand("run-cell", "Internal: run one cell and print its result (used by --isolate)");

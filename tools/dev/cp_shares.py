@@ -6,7 +6,10 @@ ONE_GPU.jsonl is `lcahost --matrix cp-balance --seqlens TOTAL`; CP.jsonl is the 
 mpirun. --before adds balanced's share from an earlier CP run of the same matrix (e.g. other
 defaults) and the ratio; --balanced-from takes balanced's cells from another run of the same
 matrix and call (e.g. balanced alone under other options) in place of CP.jsonl's, cell by cell; --summary prints counts against the CP targets (0.95 full/causal, 0.90
-document masks, balanced >= 1.10x usp on causal_document at 8:1) after the table."""
+document masks, balanced >= 1.10x usp on causal_document at 8:1) after the table. --model V.json
+adds the scaling model's share for the best strategy of each row beside the measured one: V.json is
+`lcahost cp-model --validate CP.jsonl --rates ONE_GPU.jsonl --probe PROBE.json --json V.json` (the
+local calls timed by tiles where it has them, else by area)."""
 import argparse
 import json
 
@@ -31,16 +34,26 @@ def main():
     ap.add_argument("--before")
     ap.add_argument("--balanced-from")
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--model")
     a = ap.parse_args()
     one = {(m, h, p): t for (s, m, h, p), t in cells(a.one_gpu).items()}
     cp = cells(a.cp)
     if a.balanced_from:  # where it has a cell; CP.jsonl's elsewhere
         cp.update({k: v for k, v in cells(a.balanced_from).items() if k[0] == "balanced"})
     before = cells(a.before) if a.before else {}
+    model = {}
+    if a.model:
+        v = json.load(open(a.model))
+        if v.get("type") != "cp_model_validate":
+            raise SystemExit(f"--model {a.model}: not the --json of `lcahost cp-model --validate`")
+        for c in v["cells"]:
+            model[(c["strategy"], c["mask"], f"{c['heads_q']}:{c['heads_kv']}", c["pass"])] = c.get("tiles", c["area"])["tflops"]
     strategies = [s for s in ORDER if any(k[0] == s for k in cp)]
     head = ["mask", "heads", "pass", "one GPU"] + strategies + ["best other", "balanced/usp"]
     if before:
         head += ["balanced before", "now/before"]
+    if model:
+        head += ["best, model"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     rows = []
@@ -58,6 +71,10 @@ def main():
         if before:
             b = before.get(("balanced",) + k)
             row += [f"{b / base:.2f}" if b else "-", f"{cp[('balanced',) + k] / b:.2f}" if b and ("balanced",) + k in cp else "-"]
+        if model:
+            best = max(share, key=share.get)
+            m = model.get((best,) + k)
+            row += [f"{m / base:.2f} ({best})" if m else "-"]
         print("| " + " | ".join(row) + " |")
         rows.append((k, share, ratio))
     if a.summary:

@@ -234,6 +234,30 @@ TEST_F(Cli, CpModelValidatesAStoredRunBothWays) {
   EXPECT_HAS(r.out, "# summary area : 5 cells");
   EXPECT_HAS(r.out, "# summary tiles: 5 cells");
   EXPECT_HAS(r.out, "(--kernel-time)");
+  // --json: the same comparison a cell, full mask labels, and the summaries.
+  TempDir dir("lca_cp_model_validate");
+  const std::string out = (dir / "validate.json").string();
+  r = lcahost({"cp-model", "--validate", R + "2026-11-26-h100x4-cp-target-64k-full-np4.jsonl", "--rates",
+               R + "2026-11-26-h100x4-cp-target-64k-full-np1.jsonl", "--json", out});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  {
+    std::ifstream f(out);
+    const json v = json::parse(f);
+    EXPECT_EQ(v["type"], "cp_model_validate");
+    ASSERT_EQ(v["cells"].size(), 5u);
+    EXPECT_EQ(v["summary"]["tiles"]["cells"], 5);
+    EXPECT_EQ(v["summary"]["area"]["cells"], 5);
+    int within = 0;
+    for (const auto& c : v["cells"]) {
+      EXPECT_EQ(c["world_size"], 4);
+      EXPECT_EQ(c["mask"], "full");
+      const double measured = c["measured_tflops"].get<double>(), tiles = c["tiles"]["tflops"].get<double>();
+      EXPECT_GT(measured, 0);
+      EXPECT_NEAR(c["tiles"]["error"].get<double>(), (tiles - measured) / measured, 1e-9);
+      within += std::abs(c["tiles"]["error"].get<double>()) <= 0.15;
+    }
+    EXPECT_EQ(v["summary"]["tiles"]["within_15pct"], within);
+  }
   // Timed by area only: no tiles column is chosen.
   r = lcahost({"cp-model", "--validate", R + "2026-11-26-h100x4-cp-target-64k-full-np4.jsonl", "--rates",
                R + "2026-11-26-h100x4-cp-target-64k-full-np1.jsonl", "--kernel-time", "area"});

@@ -3,8 +3,8 @@
 drawn from a seed, against its own full and against its peers.
 
   tools/sweep.py plan --seed 1 --out sweep-1        draw; write the specs, plan.json and run.sh
-  bash sweep-1/run.sh                               run them (LCAHOST, PLUGINS, DEADLINE_S: see run.sh)
-  tools/sweep.py report sweep-1/results.jsonl       worst cells per mask and pass, PASS / MISS
+  bash sweep-1/run.sh                               run them (LCAHOST, PLUGINS, DEADLINE_S, GPUS: see run.sh)
+  tools/sweep.py report sweep-1                     worst cells per mask and pass, PASS / MISS
 
 `plan` draws --groups groups (default 6), each a length in --min-len..--max-len (4K-128K, uniform
 in log space; every other one a multiple of neither 64 nor 128), a head shape (64:8, 32:32, 8:1
@@ -17,9 +17,11 @@ the ones `lcahost list` has loaded), fwd and bwd, warm-up and timing by time (--
 --repeat-ms, 300 ms each), and the reference check on groups up to --check-max-len tokens
 (32768; 0 checks none). plan.json holds the draw and an H100 time for each group (fitted to past
 sweeps: 1.02-1.27x what the groups of seeds 19 and 23 took); run.sh runs the cheap
-groups first into one results.jsonl (lcahost --resume, so running it again resumes).
+groups first into one results.jsonl (lcahost --resume, so running it again resumes); with
+GPUS=0,1,2,3 it spreads the groups over those GPUs by that time (the longest first onto the least
+loaded), each group into its own results-gNN.jsonl.
 
-`report` prints, per mask and pass, the worst ratio of flex_flash's TFLOP/s to its own full at
+`report` reads results files or run.sh's folder and prints, per mask and pass, the worst ratio of flex_flash's TFLOP/s to its own full at
 the same length, heads, head dim and pass, and the worst ratio to the best peer on the same cell
 (both cells ok), naming each cell with its flex_flash plan_info (marked "[warm-up unsteady]" where
 its warm-up ended on the runner's cap with the times still moving, and such cells counted); the
@@ -30,6 +32,7 @@ Exit status: 0 every target met and no cell failed, 1 a MISS or a failed cell, 2
 
 Use several seeds; a schedule tuned to one seed's cells proves nothing about the next."""
 import argparse
+import glob
 import os
 import sys
 
@@ -85,7 +88,7 @@ def main(argv):
                    help="check groups up to this many tokens against the reference (default 32768; 0: none)")
     p.add_argument("--out", required=True, help="folder for the specs, plan.json and run.sh")
     r = sub.add_parser("report", help="worst ratios per mask and pass, PASS / MISS against the targets")
-    r.add_argument("results", nargs="+", help="results .jsonl files of run.sh")
+    r.add_argument("results", nargs="+", help="results .jsonl files of run.sh, or its folder")
     r.add_argument("--markdown", action="store_true", help="a Markdown table")
     r.add_argument("--kernel", default="flex_flash", help="the kernel judged (default flex_flash)")
     r.add_argument("--peers", type=kernel_list, help="only these peers (default: every other kernel)")
@@ -107,11 +110,22 @@ def main(argv):
                   f"{'checked' if g['check'] else 'unchecked'}, ~{g['estimate_s']:.0f} s")
         print(f"{len(made['groups'])} groups x {len(draw.MASKS)} masks x {len(opt.kernels)} kernels x fwd, bwd; "
               f"~{made['estimate_s']:.0f} s on an H100 (rough); plan in {os.path.join(opt.out, 'plan.json')}")
-        print(f"run: bash {os.path.join(opt.out, 'run.sh')}   (LCAHOST, PLUGINS, DEADLINE_S: see the script)")
+        print(f"run: bash {os.path.join(opt.out, 'run.sh')}   (LCAHOST, PLUGINS, DEADLINE_S, GPUS: see the script)")
         return 0
 
+    paths = []
+    for p in opt.results:
+        if os.path.isdir(p):  # run.sh's folder: results.jsonl, or results-gNN.jsonl of a run with GPUS
+            found = sorted(glob.glob(os.path.join(p, "results.jsonl")) + glob.glob(os.path.join(p, "results-g*.jsonl")))
+            if not found:
+                print(f"sweep.py report: {p} holds no results.jsonl or results-gNN.jsonl (has run.sh run?)",
+                      file=sys.stderr)
+                return 2
+            paths += found
+        else:
+            paths.append(p)
     try:
-        lines, met = report.report(opt.results, opt.markdown, opt.kernel, set(opt.peers) if opt.peers else None)
+        lines, met = report.report(paths, opt.markdown, opt.kernel, set(opt.peers) if opt.peers else None)
     except results.ResultsError as e:
         print(f"sweep.py report: {e}", file=sys.stderr)
         return 2

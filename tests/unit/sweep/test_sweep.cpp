@@ -84,6 +84,76 @@ TEST_F(SweepPlan, SameSeedWritesTheSameFilesAndAnotherSeedOthers) {
   EXPECT_NE(a.at("g00.json"), c.at("g00.json"));
 }
 
+// run.sh as a user runs it, with a stand-in lcahost that loads flex_flash and writes one line a
+// group (the group and the GPU it saw) into the results file it is given. Without GPUS every
+// group goes into results.jsonl; with GPUS=0,1 each group runs once, into its own
+// results-gNN.jsonl, on one of the two GPUs, and both GPUs get groups; a folder of one kind
+// refuses a run of the other, and bad GPUS lists are refused before anything runs.
+TEST_F(SweepPlan, RunShSpreadsGroupsOverGpusAndResumesOneWay) {
+  SKIP_WITHOUT_PYTHON();
+  const fs::path fake = dir_ / "lcahost";
+  write_text(fake,
+             "#!/usr/bin/env bash\n"
+             "if [ \"$3\" = list ]; then echo '[{\"name\":\"flex_flash\",\"kind\":\"kernel\",\"status\":\"loaded\"}]'; exit 0; fi\n"
+             "while [ $# -gt 0 ]; do case \"$1\" in --matrix) spec=$2; shift;; --resume) out=$2; shift;; esac; shift; done\n"
+             "echo \"$(basename \"$spec\") ${CUDA_VISIBLE_DEVICES:-none}\" >> \"$out\"\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  const std::string run_sh = (dir_ / "a" / "run.sh").string();
+  auto run = [&](const std::string& gpus) {
+    std::vector<std::string> argv = {"/usr/bin/env", "LCAHOST=" + fake.string(), "PLUGINS=" + dir_.path().string()};
+    if (!gpus.empty()) argv.push_back("GPUS=" + gpus);
+    argv.insert(argv.end(), {"bash", run_sh});
+    return run_process(argv, 60);
+  };
+  for (const std::string bad : {"0,x", "1,1", ","}) {
+    const auto r = run(bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << describe(r);
+    EXPECT_HAS(r.err, "GPUS=");
+  }
+  auto r = run("0,1");
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::map<std::string, int> runs;
+  std::set<std::string> gpus_seen;
+  for (const auto& g : plan_["groups"]) {
+    const std::string name = g["file"].get<std::string>().substr(0, 3);  // gNN
+    const fs::path file = dir_ / "a" / ("results-" + name + ".jsonl");
+    ASSERT_TRUE(fs::exists(file)) << file;
+    std::istringstream in(read_text(file));
+    for (std::string spec, gpu; in >> spec >> gpu;) {
+      ++runs[spec];
+      EXPECT_EQ(spec, name + ".json");
+      EXPECT_TRUE(gpu == "0" || gpu == "1") << gpu;
+      gpus_seen.insert(gpu);
+    }
+  }
+  EXPECT_EQ(runs.size(), 6u);
+  for (const auto& [spec, n] : runs) EXPECT_EQ(n, 1) << spec;
+  EXPECT_EQ(gpus_seen.size(), 2u);
+  r = run("");
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "resume it with GPUS");
+  // The report reads the folder (here: records that are not lcahost's, so it says so).
+  r = sweep({"report", (dir_ / "a").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "results-g0");
+  r = sweep({"report", dir_.path().string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "holds no results.jsonl or results-gNN.jsonl");
+
+  // Without GPUS: one results.jsonl, every group in it, no GPU set.
+  ASSERT_EQ(sweep({"plan", "--seed", "7", "--out", (dir_ / "b").string()}).exit_code, 0);
+  const std::string run_b = (dir_ / "b" / "run.sh").string();
+  r = run_process({"/usr/bin/env", "LCAHOST=" + fake.string(), "PLUGINS=" + dir_.path().string(), "bash", run_b}, 60);
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::istringstream in(read_text(dir_ / "b" / "results.jsonl"));
+  int lines = 0;
+  for (std::string spec, gpu; in >> spec >> gpu; ++lines) EXPECT_EQ(gpu, "none");
+  EXPECT_EQ(lines, 6);
+  r = run_process({"/usr/bin/env", "LCAHOST=" + fake.string(), "GPUS=0", "bash", run_b}, 60);
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "resume it without GPUS");
+}
+
 TEST_F(SweepPlan, DrawCoversShapesOddLengthsAndEveryMask) {
   SKIP_WITHOUT_PYTHON();
   ASSERT_EQ(plan_["groups"].size(), 6u);

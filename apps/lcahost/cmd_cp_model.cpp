@@ -214,13 +214,16 @@ int cmd_cp_model(const Options& opt) {
     // A one-GPU record is calibrated against its own mask: the seed and SMs of its run go with it.
     uint64_t seed = 42;
     int sms = 0;
+    int64_t l2 = 0;
     for (auto& r : read_records(file, "--rates")) {
       if (r.value("type", "") == "run") {
         seed = r.contains("matrix") ? r["matrix"].value("seed", uint64_t(42)) : 42;
         sms = r.contains("gpu") ? r["gpu"].value("sm_count", 0) : 0;
+        l2 = r.contains("gpu") ? r["gpu"].value("l2_bytes", int64_t(0)) : 0;
       }
       r["run_seed"] = seed;
       r["run_sms"] = sms;
+      r["run_l2_bytes"] = l2;
       su.rate_records.push_back(std::move(r));
     }
   }
@@ -269,6 +272,7 @@ int cmd_cp_model(const Options& opt) {
     rate.unit_ms = 0;
     rate.heads_together = true;
     rate.fwd_split = false;
+    rate.l2_bytes = 0;
     if (opt.model_rate > 0) {
       rate.tflops = opt.model_rate;
       return;
@@ -294,13 +298,14 @@ int cmd_cp_model(const Options& opt) {
         const int sms = r.value("run_sms", 0) > 0 ? r.value("run_sms", 0) : su.machine.sms;
         rate.heads_together = grouped_heads(r);
         rate.fwd_split = split_forward(r);
+        rate.l2_bytes = r.value("run_l2_bytes", int64_t(0));
         rate.unit_ms = core::model::calibrate_tiles(one, core::model::mask_flops(one) / (from_tflops * 1e12) * 1e3, sms,
-                                                    rate.heads_together, rate.fwd_split);
+                                                    rate.heads_together, rate.fwd_split, rate.l2_bytes);
         const lca_mask whole{sizeof(lca_mask), P.seqlen, P.seqlen, static_cast<int64_t>(P.slices.size()),
                              P.slices.data(), nullptr, 0, nullptr};
         const double units =
             core::model::tile_units(whole, P.backward, P.heads_q, P.heads_kv, sms, rate.heads_together, rate.fwd_split,
-                                    P.head_dim);
+                                    P.head_dim, rate.l2_bytes);
         if (units <= 0 || rate.unit_ms <= 0)
           throw std::runtime_error("--rate-from " + opt.model_rate_from + ": no tile to time the mask by");
         rate.tflops = core::model::mask_flops(P) / (units * rate.unit_ms * 1e-3) / 1e12;
@@ -318,8 +323,9 @@ int cmd_cp_model(const Options& opt) {
     const int sms = r.value("run_sms", 0);
     rate.heads_together = grouped_heads(r);
     rate.fwd_split = split_forward(r);
+    rate.l2_bytes = r.value("run_l2_bytes", int64_t(0));
     rate.unit_ms = core::model::calibrate_tiles(one, ms, sms > 0 ? sms : su.machine.sms, rate.heads_together,
-                                                rate.fwd_split);
+                                                rate.fwd_split, rate.l2_bytes);
   };
 
   // The machine and timing the predictions used, for --json.

@@ -155,7 +155,7 @@ struct Sim {
     const auto it = unit_cache.find(key);
     if (it != unit_cache.end()) return it->second;
     return unit_cache[key] = tile_units(m.view(), P.backward, L.hq_l, L.hkv_l, M.sms, R.heads_together, R.fwd_split,
-                                        P.head_dim);
+                                        P.head_dim, R.l2_bytes);
   }
   mutable std::unordered_map<std::string, double> unit_cache;
   void kernel(int r, int64_t cells, double units) {
@@ -584,13 +584,15 @@ double Link::ms(double bytes, int peers, double mean_bytes) const {
   return std::max(std::min(even, lone.ms(bytes)), fanout.ms(std::min(mean_bytes, bytes)));
 }
 
-double calibrate_tiles(const Problem& P, double measured_ms, int sms, bool heads_together, bool fwd_split) {
+double calibrate_tiles(const Problem& P, double measured_ms, int sms, bool heads_together, bool fwd_split,
+                       int64_t l2_bytes) {
   require(std::isfinite(measured_ms) && measured_ms > 0, LCA_ERR_INVALID_ARGUMENT,
           "the one-GPU time to calibrate tiles by must be a finite number above 0 ms");
   require(sms >= 1, LCA_ERR_INVALID_ARGUMENT, "the SMs a GPU must be >= 1, got " + std::to_string(sms));
   const lca_mask m{sizeof(lca_mask), P.seqlen, P.seqlen, static_cast<int64_t>(P.slices.size()), P.slices.data(),
                    nullptr, 0, nullptr};
-  const double u = tile_units(m, P.backward, P.heads_q, P.heads_kv, sms, heads_together, fwd_split, P.head_dim);
+  const double u =
+      tile_units(m, P.backward, P.heads_q, P.heads_kv, sms, heads_together, fwd_split, P.head_dim, l2_bytes);
   return u > 0 ? measured_ms / u : 0.0;
 }
 

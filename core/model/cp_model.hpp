@@ -78,6 +78,9 @@ struct KernelRate {
   // forward_split_parts: long walks alone); false where the kernel that gave the rates did not
   // split by default (its records name no split_row_tiles, or their options turn fwd_split off).
   bool fwd_split = false;
+  // The L2 of the GPU that gave the rates (bytes; 0: an H100's 50 MiB): where the kernel's
+  // backward splits its walks by query ranges (tile_units).
+  int64_t l2_bytes = 0;
 };
 
 struct Problem {
@@ -140,8 +143,9 @@ const std::vector<std::string>& strategy_names();
 double mask_flops(const Problem& problem);
 
 // The time of a tile unit (KernelRate::unit_ms) from a one-GPU measurement of the whole problem:
-// `measured_ms` / the problem's simulated tile units on `sms` SMs. 0 where the mask has no cells.
+// `measured_ms` / the problem's simulated tile units on `sms` SMs (l2_bytes: tile_units). 0 where the
+// mask has no cells.
 double calibrate_tiles(const Problem& one_gpu, double measured_ms, int sms, bool heads_together = true,
-                       bool fwd_split = false);
+                       bool fwd_split = false, int64_t l2_bytes = 0);
 
 }  // namespace lca::core::model

@@ -3,6 +3,7 @@
 // so that the model counts the tiles the kernel walks, partial ones at chunk boundaries included.
 #include "core/model/kernel_tiles.hpp"
 
+#include "plugins/kernels/flex_flash/kernels.hpp"
 #include "plugins/kernels/flex_flash/schedule.hpp"
 
 #include <algorithm>
@@ -22,28 +23,34 @@ TileCount count_tiles(const lca_mask& mask, bool backward) {
 }
 
 double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots, bool heads_together,
-                  bool fwd_split, int head_dim) {
+                  bool fwd_split, int head_dim, int64_t l2_bytes) {
   if (mask.num_slices == 0 || mask.seqlen_q == 0 || mask.seqlen_k == 0) return 0.0;
-  ff::TileSchedule s = ff::build_schedule(mask, /*by_query=*/!backward, kModelTileRows);
+  if (backward) {
+    // The backward's blocks as plan() makes them by default (kernels.hpp: default_backward_schedule
+    // and default_backward_blocks): key tiles paired on causal-like masks, long walks split, walks
+    // split by query ranges where most reuses are far (the range's places from this GPU's L2),
+    // matched key blocks, the kv heads that go out together; one grid over the kv heads.
+    const int32_t group = heads_q / heads_kv;
+    const ff::TileSchedule s = ff::default_backward_schedule(mask, ff::kSm90WideTileSpeedup(false), group, heads_kv,
+                                                             slots, ff::BwdMatch::kAuto);
+    if (s.full_tiles + s.partial_tiles == 0) return 0.0;
+    const int32_t rule_places = l2_bytes > 0 ? ff::range_places_for(l2_bytes, head_dim) : ff::kRangePlaces;
+    const ff::BackwardBlocks b = ff::default_backward_blocks(s, heads_kv, group, slots, ff::BwdPairing::kAuto,
+                                                             ff::BwdLocal::kAuto, ff::BwdSplit::kAuto, 0, -1, rule_places);
+    return double(ff::simulated_order_makespan(b.items, heads_kv, group, slots, b.kv_heads_together));
+  }
+  ff::TileSchedule s = ff::build_schedule(mask, /*by_query=*/true, kModelTileRows);
   if (s.full_tiles + s.partial_tiles == 0) return 0.0;
   // The forward's blocks in the order plan() gives them: the heads in the groups its own simulated
   // dispatch picks (forward_heads_together), so that a call whose long row tiles would end the grid
   // alone heads outer starts them early, as the kernel does.
-  if (!backward) {
-    s.heads_together = heads_together ? ff::forward_heads_together(s, heads_q, slots) : 1;
-    // Split-KV as plan() takes it: a split row tile's parts are blocks of their own (the pass that
-    // combines them is left out: a few rows' O and LSE).
-    if (fwd_split)
-      if (const std::vector<int32_t> parts = ff::forward_split_parts(s, heads_q, slots, head_dim); ff::most_parts(parts) > 1)
-        return double(ff::simulated_forward_makespan(ff::split_row_tiles(s, parts), heads_q, slots));
-    return double(ff::simulated_forward_makespan(s, heads_q, slots));
-  }
-  // The backward's blocks as its plan makes them (key tiles paired on causal-like masks, long walks
-  // split), one grid over the kv heads.
-  const int32_t group = heads_q / heads_kv;
-  const std::vector<ff::BwdItem> items =
-      ff::split_long_walks(ff::backward_items(s, heads_kv, group, slots, ff::BwdPairing::kAuto), heads_kv, group, slots);
-  return double(ff::simulated_default_makespan(items, heads_kv, group, slots));
+  s.heads_together = heads_together ? ff::forward_heads_together(s, heads_q, slots) : 1;
+  // Split-KV as plan() takes it: a split row tile's parts are blocks of their own (the pass that
+  // combines them is left out: a few rows' O and LSE).
+  if (fwd_split)
+    if (const std::vector<int32_t> parts = ff::forward_split_parts(s, heads_q, slots, head_dim); ff::most_parts(parts) > 1)
+      return double(ff::simulated_forward_makespan(ff::split_row_tiles(s, parts), heads_q, slots));
+  return double(ff::simulated_forward_makespan(s, heads_q, slots));
 }
 
 }  // namespace lca::core::model

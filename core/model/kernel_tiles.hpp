@@ -29,8 +29,9 @@ TileCount count_tiles(const lca_mask& mask, bool backward);
 // heads_together: the forward's heads go out in the groups plan() picks (forward_heads_together);
 // false: heads outer, as flex_flash ran before it grouped them. fwd_split: the forward's row tiles
 // split as plan() splits them at this head dim (split-KV: forward_split_parts), each part a block.
-// 0 for a mask with no cells.
+// The backward's blocks are the ones plan() makes by default; l2_bytes (the GPU's L2; 0: an H100's
+// 50 MiB) sets where its walks split by query ranges. 0 for a mask with no cells.
 double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots,
-                  bool heads_together = true, bool fwd_split = false, int head_dim = 128);
+                  bool heads_together = true, bool fwd_split = false, int head_dim = 128, int64_t l2_bytes = 0);
 
 }  // namespace lca::core::model

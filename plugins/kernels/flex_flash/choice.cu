@@ -1,6 +1,6 @@
 // The host side's questions to the device headers (kernels.hpp): wide_tile_speedup (the per-cell speed of the
-// 128-row kernels over the 64-row ones), the variant choices plan() needs, and which kernels the launchers
-// run (plan_info).
+// 128-row kernels over the 64-row ones: kernels.hpp's constants where the Hopper kernels run), the
+// variant choices plan() needs, and which kernels the launchers run (plan_info).
 #include "backward.cuh"
 #include "forward.cuh"
 
@@ -8,26 +8,9 @@
 
 namespace lca_flex_flash {
 
-namespace {
-// Constants, not measured at run time: kernels-16k on an H100 (commit b5d732a), TFLOP/s a cell of
-// the mask at 16K, head_dim 128: the Hopper kernels on 128-row tiles (full mask) against the
-// mma.sync kernels on 64-row tiles (block_sparse, whose 64-token blocks those tiles fit exactly).
-// Re-measure them when either kernel changes much.
-// Stale since commit 754bb8c: the Hopper kernels now run full at 609 / 509, so the ratios are
-// 2.96 / 2.60 rather than 2.69 / 1.99. The forward's choice does not move (both are over 2, the
-// most cells a 128-row tile can cost over its 64-row halves); the backward's would, toward
-// 128-row tiles for masks whose 128-row schedule costs 2.0-2.6x the cells. Left as measured
-// until the 64-row kernels and such a mask (block_sparse at 512K) are timed again on a device.
-constexpr double kSm90Forward = 555.0, kMma64Forward = 206.0;
-constexpr double kSm90Backward = 391.0, kMma64Backward = 196.0;
-// Between the two mma.sync kernels (v3): 128-row tiles share each loaded K/V tile between twice
-// the MMAs, worth about a quarter.
-constexpr double kMmaWideOverNarrow = 1.25;
-}  // namespace
-
 double wide_tile_speedup(bool forward, const Options& o) {
-  if (forward) return dev::sm90_available(o.forward) ? kSm90Forward / kMma64Forward : kMmaWideOverNarrow;
-  return dev::sm90_backward_available(o.backward) ? kSm90Backward / kMma64Backward : kMmaWideOverNarrow;
+  if (forward) return dev::sm90_available(o.forward) ? kSm90WideTileSpeedup(true) : kMmaWideOverNarrow;
+  return dev::sm90_backward_available(o.backward) ? kSm90WideTileSpeedup(false) : kMmaWideOverNarrow;
 }
 
 bool pair_forward(const Options& o, double idle_share, double mean_tiles, int32_t max_tiles, int32_t group) {

@@ -140,6 +140,24 @@ LCA_FLEX_DECLARE(LCA_DTYPE_F16, 128)
 // How much faster a cell of the mask runs in the kernel that takes 128-row tiles than in the one
 // that takes 64-row tiles, on the current GPU and the instance's kernel options (forward/backward):
 // plan() weighs the two schedules by it (build_adaptive_schedule).
+// Constants, not measured at run time: kernels-16k on an H100 (commit b5d732a), TFLOP/s a cell of
+// the mask at 16K, head_dim 128: the Hopper kernels on 128-row tiles (full mask) against the
+// mma.sync kernels on 64-row tiles (block_sparse, whose 64-token blocks those tiles fit exactly).
+// Re-measure them when either kernel changes much.
+// Stale since commit 754bb8c: the Hopper kernels now run full at 609 / 509, so the ratios are
+// 2.96 / 2.60 rather than 2.69 / 1.99. The forward's choice does not move (both are over 2, the
+// most cells a 128-row tile can cost over its 64-row halves); the backward's would, toward
+// 128-row tiles for masks whose 128-row schedule costs 2.0-2.6x the cells. Left as measured
+// until the 64-row kernels and such a mask (block_sparse at 512K) are timed again on a device.
+constexpr double kSm90Forward = 555.0, kMma64Forward = 206.0;
+constexpr double kSm90Backward = 391.0, kMma64Backward = 196.0;
+// Between the two mma.sync kernels (v3): 128-row tiles share each loaded K/V tile between twice
+// the MMAs, worth about a quarter.
+constexpr double kMmaWideOverNarrow = 1.25;
+// The default's wide_tile_speedup where the Hopper kernels run (the plan's, and the CP model's).
+constexpr double kSm90WideTileSpeedup(bool forward) {
+  return forward ? kSm90Forward / kMma64Forward : kSm90Backward / kMma64Backward;
+}
 double wide_tile_speedup(bool forward, const Options& o);
 
 // Whether the forward takes the Hopper pair kernel (forward_sm90.cuh, pair_forward_wanted), given

@@ -4,6 +4,7 @@
 // the local kernel's tiles against hand counts, and transfers to several peers at their figures.
 #include "core/model/cp_model.hpp"
 #include "core/model/kernel_tiles.hpp"
+#include "plugins/kernels/flex_flash/kernels.hpp"
 
 #include "balance.hpp"
 #include "layout.hpp"
@@ -392,6 +393,29 @@ TEST(KernelTiles, TheForwardsLongWalksSplitAsThePlanSplitsThem) {
   const auto fv = view(f, S, S);
   EXPECT_EQ(lca::core::model::tile_units(fv, false, 8, 1, 132, true, false, 64),
             lca::core::model::tile_units(fv, false, 8, 1, 132, true, true, 64));
+}
+
+TEST(KernelTiles, TheBackwardsBlocksAreThePlans) {
+  // A ring's block pair of shared_question with chatqa documents at 4 GPUs (128K, heads 8:1): a
+  // question of 353 keys that every local query sees, beside a document's answers. Its first three
+  // key tiles walk all 32768 query rows. The kernel's plan splits such walks by query ranges
+  // (default_backward_blocks), and the model takes the plan's blocks, so the call costs what those
+  // blocks cost. Before, the model paired and split the walks by its own rule: 5.7x those units here,
+  // and the busiest rank's kernels predicted 16.0 ms against 5.1 measured (ring_p2p, 4 H200s,
+  // docs/results/2026-11-28-h200x4-cp-3ac27bc-np4.jsonl).
+  namespace ff = lca_flex_flash;
+  const int64_t S = 32768;
+  const std::vector<lca_slice> m = {slice(0, 16384, 0, 353, LCA_SLICE_FULL), slice(0, 5279, 2362, 16384, LCA_SLICE_FULL),
+                                    slice(16384, S, 0, 353, LCA_SLICE_FULL)};
+  const auto v = view(m, S, S);
+  const double units = lca::core::model::tile_units(v, true, 8, 1, 132);
+  const ff::TileSchedule s = ff::default_backward_schedule(v, ff::kSm90WideTileSpeedup(false), 8, 1, 132, ff::BwdMatch::kAuto);
+  const ff::BackwardBlocks b = ff::default_backward_blocks(s, 1, 8, 132, ff::BwdPairing::kAuto);
+  EXPECT_EQ(units, double(ff::simulated_order_makespan(b.items, 1, 8, 132, b.kv_heads_together)));
+  const ff::TileSchedule plain = ff::build_schedule(v, /*by_query=*/false, 128);
+  const double own_rule = double(ff::simulated_default_makespan(
+      ff::split_long_walks(ff::backward_items(plain, 1, 8, 132, ff::BwdPairing::kAuto), 1, 8, 132), 1, 8, 132));
+  EXPECT_LT(4.0 * units, own_rule);
 }
 
 TEST(CpModel, TilesCalibratedOnTheWholeMaskGiveItsTimeOnOneRank) {

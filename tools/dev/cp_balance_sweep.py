@@ -66,6 +66,9 @@ def cls(p):
 
 def compare(args):
     files = [[json.loads(l) for l in open(f)] for f in args.files]
+    for name, f in zip(args.files, files):
+        if not f:
+            sys.exit(f"cp_balance_sweep.py compare: {name} holds no predictions (did its run fail? see its log)")
     labels = [f[0]["label"] for f in files]
     base = {key(p): p for p in files[0]}
     others = [{key(p): p for p in f} for f in files[1:]]

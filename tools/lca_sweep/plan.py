@@ -119,15 +119,12 @@ run_group() {{
     extra=(timeout -k 10 "$left")
   fi
   echo "run.sh: $spec (kernels $kernels${{CUDA_VISIBLE_DEVICES:+, GPU $CUDA_VISIBLE_DEVICES}})"
-  if [ -n "$log" ]; then
-    # shellcheck disable=SC2086
-    ${{extra[@]+"${{extra[@]}}"}} "$lcahost" --plugins "$plugins" --matrix "$here/$spec" --kernels "$kernels" \
-      --resume "$out" ${{LCA_SWEEP_ARGS:-}} > "$log" 2>&1
-  else
+  (
+    if [ -n "$log" ]; then exec > "$log" 2>&1; fi
     # shellcheck disable=SC2086
     ${{extra[@]+"${{extra[@]}}"}} "$lcahost" --plugins "$plugins" --matrix "$here/$spec" --kernels "$kernels" \
       --resume "$out" ${{LCA_SWEEP_ARGS:-}}
-  fi
+  )
   rc=$?
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     echo "run.sh: $spec stopped at the deadline; run again to resume" >&2

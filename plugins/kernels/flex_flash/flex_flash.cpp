@@ -265,15 +265,10 @@ class FlexFlash final : public lca::IKernel {
       fwd = with_order(build_schedule(mask, /*by_query=*/true, kTile));
     else if (const auto d = static_cast<int32_t>(pr.head_dim);
              fwd.tile_rows == kFwdRows && wg3_forward(o, d, idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group)) {
-      // Three consumers on 192-row tiles: asked for (the "forward" option), or by default where their
-      // grid's simulated dispatch does not lose what they gain a cell (wg3_grid_keeps_gain).
+      // Three consumers on 192-row tiles: asked for (the "forward" option), or by default at head
+      // dim 64, and at 128 where their grid keeps the gain (wg3_grid_keeps_gain).
       TileSchedule rows192 = with_order(build_schedule(mask, /*by_query=*/true, 3 * kTile));
-      // At head dim 64, where the grid may split (split_grid_kernel), both grids by their best split.
-      const bool may_split = d == 64 && split_grid_kernel(o, d, fwd, group) != ForwardChoice::sm90_auto;
-      std::function<std::vector<int32_t>(const TileSchedule&)> forced;
-      if (o.fwd_split > 1) forced = [&](const TileSchedule& s) { return forced_split_parts(o, s); };
-      const bool keeps = may_split ? wg3_split_keeps_gain(fwd, rows192, heads_q, sms, forced)
-                                   : wg3_grid_keeps_gain(d, fwd, rows192, heads_q, sms);
+      const bool keeps = wg3_grid_keeps_gain(d, rows192, heads_q, sms);
       if (wg3_forward_forced(o, d) || keeps) fwd = std::move(rows192);
     }
     plan->fwd_row_tiles = fwd.row_tiles;

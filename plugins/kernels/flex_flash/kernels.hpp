@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -241,45 +240,18 @@ constexpr float kIdleShareFor64Keys = 0.1f;
 constexpr float kPersistentMeanTiles = 24.f;
 constexpr int32_t kPersistentMaxTiles = 64;
 // At head dim 64, where the 128-key kernel is picked, three consumers on 192-row tiles
-// (sm90_k128_wg3) run a cell faster than two consumers on 128-row tiles. But a grid of 192-row tiles
-// is a third shorter, and with few heads its last wave can cost more than that: heads 8:1 at 16K on
-// full make 688 blocks on 132 SMs (5.2 waves, the sixth nearly empty) against 1024 (7.8). plan()
-// takes the 192-row tiles where their simulated dispatch (simulated_forward_makespan, in cells) is
-// at most kWg3CellSpeedup times the 128-row tiles'. The gain a cell, measured as the TFLOP/s ratio
-// times the simulated cells' ratio (the gain the dispatch leaves out):
-// - H100 (heads 64:8, commit de44f37): geomean 1.088 at 16K and 1.114 at 32K-64K;
-// - H200 (full and causal, 4556-117099 tokens, heads 8:1, 32:32 and 64:8, both kernels forced,
-//   docs/results/2026-11-28-h200-fwd-d64-wg3.md): 1.08-1.33 over 62 cells, median 1.15; at 1.08 the
-//   rule kept 128-row tiles on 8:1 cells whose 192-row grid ran 1.06-1.22x faster (cells ratio
-//   1.08-1.14).
-// 1.12 lies between the two GPUs' gains: on an H200 it keeps the cells up to 1.12, on an H100 it
-// risks at most the few percent by which 1.12 exceeds that GPU's gain.
-constexpr double kWg3CellSpeedup = 1.12;
-inline bool wg3_dispatch_faster(const TileSchedule& rows128, const TileSchedule& rows192, int32_t heads_q,
-                                int32_t slots) {
-  if (slots <= 0) return true;
-  return double(simulated_forward_makespan(rows192, heads_q, slots)) <=
-         kWg3CellSpeedup * double(simulated_forward_makespan(rows128, heads_q, slots));
-}
-// Head dim 64's choice between 192-row and 128-row tiles where the forward may split (split_row_tiles):
-// where either grid splits (forward_split_parts, or the parts forced), the 192-row tiles where their
-// split's predicted time (split_forward_cost) is at most kWg3CellSpeedup times the 128-row tiles';
-// where neither does, wg3_dispatch_faster as unsplit. Unsplit, a grid of 192-row tiles a few waves
-// long ends on a partly empty wave that can cost more than three consumers gain; split, both grids
-// end on fuller waves (full at 7680 tokens, 8:1: 192-row tiles in 2 parts ran 1.145x the 128-row
-// tiles unsplit, docs/results/2026-11-28-h200-fwd-split.md).
-// forced_parts: the split the "fwd_split" option forces on a schedule (forced_split_parts), or null.
-inline bool wg3_split_keeps_gain(const TileSchedule& rows128, const TileSchedule& rows192, int32_t heads_q,
-                                 int32_t slots, const std::function<std::vector<int32_t>(const TileSchedule&)>& forced_parts) {
-  if (slots <= 0) return true;
-  auto parts_of = [&](const TileSchedule& s) {
-    return forced_parts ? forced_parts(s) : forward_split_parts(s, heads_q, slots, 64);
-  };
-  const std::vector<int32_t> p128 = parts_of(rows128), p192 = parts_of(rows192);
-  if (most_parts(p128) == 1 && most_parts(p192) == 1) return wg3_dispatch_faster(rows128, rows192, heads_q, slots);
-  return split_forward_cost(rows192, p192, heads_q, slots, 64) <=
-         kWg3CellSpeedup * split_forward_cost(rows128, p128, heads_q, slots, 64);
-}
+// (sm90_k128_wg3) run a cell faster than two consumers on 128-row tiles, and plan() takes them on
+// every grid. A grid of 192-row tiles is a third shorter, and a rule once kept 128-row tiles where
+// the 192-row grid's simulated dispatch (waves of blocks, split-KV's parts included) cost over a
+// constant times the cells of the 128-row grid's. Both kernels forced on 124 cells (full and
+// causal, 4105-117099 tokens, heads 8:1, 16:16, 32:32 and 64:8; an H200, 62 cells,
+// docs/results/2026-11-28-h200-fwd-d64-wg3.md; an H100, 60 cells,
+// docs/results/2026-12-07-h100-fwd-d64-wg3.md): the 192-row tiles ran 1.01-1.32x faster on 122,
+// and 0.98x and 0.99x on the other two. That held where the simulated dispatch gave the 192-row
+// grid 1.12-1.5x the cells (full at 4105-4209 tokens, 8:1: 2 waves of 192-row blocks, or their
+// split, against 2 of 128-row ones; 1.01-1.06x faster), where each constant tried (1.08, 1.12,
+// 1.15) kept 128-row tiles on cells that ran 1.01-1.25x faster on 192. The waves the simulation
+// counts do not show in these short blocks' times.
 // At head dim 128, where the persistent kernel is picked (short row tiles: the sliding windows),
 // three consumers of 64 rows on 192-row tiles in 64-key steps, each skipping the tiles its rows do
 // not see (sm90_overlap_wg3), run the windows faster: measured (H100 and H200, heads 64:8, commit
@@ -295,12 +267,10 @@ inline bool wg3_window_grid_keeps_gain(const TileSchedule& rows192, int32_t head
   const double even = double(simulated_forward_makespan(rows192, heads_q, 1)) / slots;
   return double(simulated_forward_makespan(rows192, heads_q, slots)) <= kWg3WindowSpeedup * even;
 }
-// The rule of the head dim's three-consumer kernel (wg3_forward): head dim 64 against the 128-row
-// grid it replaces, 128 against the persistent kernel's even spread.
-inline bool wg3_grid_keeps_gain(int32_t head_dim, const TileSchedule& rows128, const TileSchedule& rows192,
-                                int32_t heads_q, int32_t slots) {
-  return head_dim == 64 ? wg3_dispatch_faster(rows128, rows192, heads_q, slots)
-                        : wg3_window_grid_keeps_gain(rows192, heads_q, slots);
+// The rule of the head dim's three-consumer kernel (wg3_forward): head dim 64 always (above), 128
+// against the persistent kernel's even spread.
+inline bool wg3_grid_keeps_gain(int32_t head_dim, const TileSchedule& rows192, int32_t heads_q, int32_t slots) {
+  return head_dim == 64 || wg3_window_grid_keeps_gain(rows192, heads_q, slots);
 }
 // Where the 64-key kernel is picked and the group (heads_q / heads_kv) is even, the pair kernel
 // is picked instead: plan() builds 64-row tiles and a block's two consumers take the same 64 rows

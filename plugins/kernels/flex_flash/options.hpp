@@ -69,8 +69,7 @@ struct Options {
   // the P V; as 1 in sm90_k128_wg3).
   int32_t fwd_sum = -1;
   // "fwd_split": how the forward splits its row tiles along their keys (split_row_tiles): -1 where
-  // absent or "auto" (forward_split_parts' rule, and head dim 64's 192-row tiles weighed by their
-  // best split: wg3_split_keeps_gain), 1 "off" (no split), 2-4 "parts_2" ... "parts_4" (every row
+  // absent or "auto" (forward_split_parts' rule), 1 "off" (no split), 2-4 "parts_2" ... "parts_4" (every row
   // tile in that many parts), 12-14 "long_2" ... "long_4" (the row tiles longer than the longest
   // one's 1/2 ... 1/4, each in parts of at most that length: long_walk_parts).
   int32_t fwd_split = -1;

@@ -958,6 +958,7 @@ FirstWriters dq_first_writers(const TileSchedule& s, const std::vector<BwdItem>&
   for (size_t i = 0; i < w.items.size(); ++i) {
     const int32_t t = w.items[i].tiles[0], len = w.items[i].query_tiles[0];
     int32_t at = 0;  // where the walk reaches the tile: iteration at + h x len for head h
+    int32_t writes = 0;  // tiles this block is the first visitor of
     for (int32_t r = s.run_offsets[t]; r < s.run_offsets[t + 1]; ++r)
       for (int32_t c = s.runs[r].begin; c < s.runs[r].end; ++c, ++at) {
         const size_t q = static_cast<size_t>(c);
@@ -967,6 +968,8 @@ FirstWriters dq_first_writers(const TileSchedule& s, const std::vector<BwdItem>&
           first_item[q] = static_cast<int32_t>(i);
           first_len[q] = len;
           ++visited;
+          // Past kFirstWriterBlockTiles the tile is zeroed and added into as before.
+          if (timed && ++writes > kFirstWriterBlockTiles) lost[q] = 1;
           continue;
         }
         // Behind the first writer by kFirstWriterLead iterations for every head (the gap is linear

@@ -61,8 +61,8 @@ struct TileSchedule {
 // head), in the order the forward kernels launch them (forward_block: row tiles in `order`, heads in
 // groups of heads_together, each group's heads inner), each costing its cells (64-key tiles x
 // tile_rows) plus kForwardBlockTiles tiles' worth for its Q load, its lone first S and last P V and
-// its finish (chosen, not timed), on `slots` SMs a block each. What plan() weighs 192-row tiles
-// against 128-row ones by (kernels.hpp, wg3_dispatch_faster), and the heads together by.
+// its finish (chosen, not timed), on `slots` SMs a block each. What plan() weighs the heads
+// together by, and head dim 128's 192-row window tiles (kernels.hpp, wg3_window_grid_keeps_gain).
 constexpr int64_t kForwardBlockTiles = 2;
 int64_t simulated_forward_makespan(const TileSchedule& s, int32_t heads, int32_t slots);
 
@@ -375,6 +375,18 @@ bool alike_walks(const std::vector<BwdItem>& items);
 // 75-100% of their query tiles (test_flex_schedule). Not `timed` (for the tests): every tile a plain walk
 // visits keeps its first visitor, even on full. Cost: one pass over the walks' tiles. Chosen, not
 // tuned.
+// A block is the first writer of at most kFirstWriterBlockTiles query tiles (the first it reaches;
+// past them the tiles are zeroed and added into). A first writer's reducer waits for each store to
+// land before it marks the tile, and every later visitor of the tile waits for that mark. In a
+// window every block is the first visitor of the two query tiles its 128-key step moves the window
+// by, and its followers wait twice a head; in causal documents of 2K-20K tokens at 100K-128K, or
+// shared_question's prolong64k documents there, the order above makes each long document's first
+// long walk the first visitor of its whole walk (up to 300 query tiles), and every other key tile
+// of the document waits on it at every tile it visits. Measured on an H100 (heads 64:8 and 8:1,
+// d128, 13593-125611 tokens, docs/results/2026-12-07-h100-bwd-first-writers.md): with first
+// writers as before, those backwards ran 1.10-1.30x faster without them, sliding_window 1.08x
+// faster with them (three of eight cells, the rest within the run's noise of 5%). Two: a window's.
+constexpr int32_t kFirstWriterBlockTiles = 2;
 constexpr int32_t kFirstWriterLead = 2;
 constexpr double kFirstWriterShare = 0.6;
 constexpr double kFirstWriterLongWalk = 0.5;

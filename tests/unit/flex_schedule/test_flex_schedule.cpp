@@ -587,8 +587,11 @@ TEST(FlexSchedule, ThreeConsumerTilesAtHeadDim64OnEveryGrid) {
       for (const int32_t heads : {8, 64}) EXPECT_TRUE(wg3_grid_keeps_gain(64, s192, heads, 132));
       if (std::string(name) == "full" && seqlen == 16384)
         EXPECT_EQ(simulated_forward_makespan(s128, 8, 132), 8 * (256 + 2) * 128);
-      if (std::string(name) == "full" && seqlen == 4224)
+      if (std::string(name) == "full" && seqlen == 4224) {
         EXPECT_EQ(2 * simulated_forward_makespan(s192, 8, 132), 3 * simulated_forward_makespan(s128, 8, 132));
+        // Head dim 128's rule weighs the same grid: 176 blocks on 132 SMs end far from an even spread.
+        EXPECT_FALSE(wg3_grid_keeps_gain(128, s192, 8, 132));
+      }
     }
   }
 }
@@ -1431,11 +1434,13 @@ TEST(FlexSchedule, ManyShortDocumentsTakeTheDocumentLocalOrder) {
 }
 
 // dQ's first writers (dq_first_writers) on the builtin masks at 16K and 64K, heads 64:8 on 132 SMs,
-// the default's blocks: the three windows have them, for at least kFirstWriterShare of the query
-// tiles (sliding_window_document at 64K: 60%), no block writes first more than
-// kFirstWriterBlockTiles of them, and the reordered blocks put the first visitor of each such tile
-// ahead of the others, which reach it at least kFirstWriterLead iterations later in every head
-// where they may run beside it; the dispatch is simulated within 1% of the default order's. Masks whose key tiles reach a query tile together (full, the
+// the default's blocks: the three windows have them (sliding_window for at least 80% of the query
+// tiles, sliding_window_causal 95%, sliding_window_document 60%: 619 of 1024 at 64K, where blocks at
+// its documents' ends would write first more than kFirstWriterBlockTiles), no block writes first
+// more than kFirstWriterBlockTiles of them, and the reordered blocks put the first visitor of each
+// such tile ahead of the others, which reach it at least kFirstWriterLead iterations later in every
+// head where they may run beside it; the dispatch is simulated within 1% of the default order's.
+// Masks whose key tiles reach a query tile together (full, the
 // documents) or whose walks are not plain (causal's pairs, the document-local order) have none, nor
 // do the causal-like masks whose plain walks at 64K would keep first writers for half their tiles
 // (shared_question) or cost the dispatch 1.8-1.9% (causal_document, causal_blockwise,
@@ -1480,7 +1485,8 @@ TEST(FlexSchedule, WindowsHaveFirstWritersOfDq) {
         }
     }
     EXPECT_EQ(tiles, w.tiles);
-    EXPECT_GE(double(tiles), lca_flex_flash::kFirstWriterShare * double(seen)) << name << " " << seqlen;
+    const double floor = name == "sliding_window" ? 0.8 : name == "sliding_window_causal" ? 0.95 : 0.6;
+    EXPECT_GE(double(tiles), floor * double(seen)) << name << " " << seqlen;
     std::map<int32_t, int32_t> writes;  // key tile -> query tiles it writes first
     for (const int32_t k : w.key_tile)
       if (k >= 0) EXPECT_LE(++writes[k], lca_flex_flash::kFirstWriterBlockTiles) << name << " key tile " << k;

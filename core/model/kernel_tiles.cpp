@@ -45,11 +45,13 @@ double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv
   // dispatch picks (forward_heads_together), so that a call whose long row tiles would end the grid
   // alone heads outer starts them early, as the kernel does.
   s.heads_together = heads_together ? ff::forward_heads_together(s, heads_q, slots) : 1;
-  // Split-KV as plan() takes it: a split row tile's parts are blocks of their own (the pass that
-  // combines them is left out: a few rows' O and LSE).
+  // Split-KV as plan() takes it: a split row tile's parts are blocks of their own, their heads in
+  // the groups plan() picks again on the split schedule (the pass that combines them is left out:
+  // a few rows' O and LSE).
   if (fwd_split)
     if (const std::vector<int32_t> parts = ff::forward_split_parts(s, heads_q, slots, head_dim); ff::most_parts(parts) > 1)
-      return double(ff::simulated_forward_makespan(ff::split_row_tiles(s, parts), heads_q, slots));
+      return double(ff::simulated_forward_makespan(
+          heads_together ? ff::split_schedule(s, parts, heads_q, slots) : ff::split_row_tiles(s, parts), heads_q, slots));
   return double(ff::simulated_forward_makespan(s, heads_q, slots));
 }
 

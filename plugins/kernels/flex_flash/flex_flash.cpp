@@ -280,7 +280,10 @@ class FlexFlash final : public lca::IKernel {
       const std::vector<int32_t> parts = o.fwd_split > 1 ? forced_split_parts(o, fwd)
                                                          : forward_split_parts(fwd, heads_q, sms, static_cast<int32_t>(pr.head_dim));
       if (most_parts(parts) > 1) {
-        fwd = split_row_tiles(fwd, parts);
+        // The split's heads order as forward_split_parts predicted it, unless fwd_order forces one.
+        const int32_t forced_together = fwd.heads_together;
+        fwd = split_schedule(fwd, parts, heads_q, sms);
+        if (o.fwd_order != 0) fwd.heads_together = forced_together;
         plan->fwd_splits = most_parts(parts);
         plan->fwd_grid = grid;
         std::vector<int32_t> part_of;  // FwdParams::part_of: {row tile, place} a row tile of fwd

@@ -546,6 +546,13 @@ TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts) {
   return split_row_tiles(s, std::vector<int32_t>(static_cast<size_t>(s.row_tiles), parts));
 }
 
+std::vector<int32_t> tail_parts(const TileSchedule& s, int32_t tiles, int32_t parts) {
+  std::vector<int32_t> cut(static_cast<size_t>(s.row_tiles), 1);
+  for (int32_t i = std::max(0, s.busy_tiles - tiles); i < s.busy_tiles; ++i)
+    cut[static_cast<size_t>(s.order[static_cast<size_t>(i)])] = parts;
+  return cut;
+}
+
 int32_t most_parts(const std::vector<int32_t>& parts) {
   return parts.empty() ? 1 : std::max(1, *std::max_element(parts.begin(), parts.end()));
 }
@@ -560,9 +567,15 @@ std::vector<int32_t> long_walk_parts(const TileSchedule& s, int32_t share) {
   return parts;
 }
 
+TileSchedule split_schedule(const TileSchedule& s, const std::vector<int32_t>& parts, int32_t heads, int32_t slots) {
+  TileSchedule v = split_row_tiles(s, parts);
+  if (!v.split_rows.empty()) v.heads_together = forward_heads_together(v, heads, slots);
+  return v;
+}
+
 double split_forward_cost(const TileSchedule& s, const std::vector<int32_t>& parts, int32_t heads, int32_t slots,
                           int32_t head_dim, double cutoff) {
-  const TileSchedule v = split_row_tiles(s, parts);
+  const TileSchedule v = split_schedule(s, parts, heads, slots);
   double combine = 0.0;
   if (!v.split_rows.empty()) {
     // The combine pass reads every part's fp32 O and LSE of a split row and writes its O (16-bit).
@@ -604,6 +617,15 @@ std::vector<int32_t> forward_split_parts(const TileSchedule& s, int32_t heads, i
   for (int32_t parts = 2; parts <= kMaxSplitKvParts; ++parts)
     consider(std::vector<int32_t>(static_cast<size_t>(s.row_tiles), parts));
   for (int32_t share = 2; share <= kMaxSplitKvParts; ++share) consider(long_walk_parts(s, share));
+  // The last-dispatched row tiles cut: as many row tiles as the last, partly filled wave holds, give
+  // or take a wave's worth.
+  const int64_t blocks = int64_t{s.busy_tiles} * heads, last_wave = blocks % slots;
+  if (last_wave > 0) {
+    const int64_t in_last = (last_wave + heads - 1) / heads, a_wave = (slots + heads - 1) / heads;
+    for (int32_t parts = 2; parts <= kMaxSplitKvParts; ++parts)
+      for (int64_t k = std::max<int64_t>(1, in_last - a_wave); k <= std::min<int64_t>(s.busy_tiles - 1, in_last + a_wave); ++k)
+        consider(tail_parts(s, static_cast<int32_t>(k), parts));
+  }
   return best_cost <= kSplitKvGain * whole ? best : std::vector<int32_t>{};
 }
 

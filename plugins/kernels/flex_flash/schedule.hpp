@@ -82,13 +82,18 @@ TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts);
 
 // The parts the forward splits its row tiles into, by predicted time: of every row tile cut alike
 // into 2-4 parts, and of only the row tiles whose walks are longer than the longest one's 1/2, 1/3
-// or 1/4, each cut into as many parts of at most that length (at most 4), the split whose predicted
-// time is least, taken where it is at most kSplitKvGain of the unsplit forward's; else empty (no
+// or 1/4, each cut into as many parts of at most that length (at most 4), and of the last-dispatched
+// row tiles cut into 2-4 parts (tail_parts: as many as the last, partly filled wave holds, give or
+// take a wave's worth, the rest whole), the split whose predicted time is least, taken where it is at most kSplitKvGain of the unsplit forward's; else empty (no
 // split). The time: the simulated dispatch of the split schedule's blocks (simulated_makespan), a
 // block costing its tiles plus kSplitKvBlockTiles, plus the pass that combines the split rows'
 // parts (bytes at kSplitKvCombineBytes a second, turned into cells at kSplitKvCellRate).
 // Small grids (few heads, short sequences: heads 8:1 at 4K-16K) end on a partly empty last wave;
-// split alike, the same cells end on fuller waves of shorter blocks. A few walks far longer than
+// split alike, the same cells end on fuller waves of shorter blocks; with only the last wave's row
+// tiles cut, and every head of a row tile out together (split_schedule), the whole blocks fill the
+// waves before and the parts the time that is left (full at 4105 tokens, 8:1, 192-row tiles: 22 row
+// tiles a head, 176 blocks on 132 SMs; the last 6 row tiles in halves simulate 0.80 of unsplit and
+// 0.89 of every row tile in halves). A few walks far longer than
 // the rest (the rows of global_sliding's global tokens, which see every key) end the forward alone
 // however the others are dispatched; split, their parts run side by side.
 // kSplitKvBlockTiles: a block's fixed cost (Q in, pipeline filled and drained, O out, launch) in 64-key
@@ -113,6 +118,13 @@ std::vector<int32_t> forward_split_parts(const TileSchedule& s, int32_t heads, i
 // No split of s ends sooner than this (in split_forward_cost's units): the unsplit blocks' tiles and
 // fixed costs spread evenly over the SMs. A split only adds blocks' fixed costs and the combine.
 double split_forward_bound(const TileSchedule& s, int32_t heads, int32_t slots);
+// The tail split: the last `tiles` busy row tiles of s.order (the shortest, dispatched last) each in
+// `parts` (as many as its steps allow), the rest whole.
+std::vector<int32_t> tail_parts(const TileSchedule& s, int32_t tiles, int32_t parts);
+// s split as `parts` says (split_row_tiles), its heads going out together as forward_heads_together
+// takes them on the split schedule: plan() runs a split forward so, and split_forward_cost
+// predicts it so.
+TileSchedule split_schedule(const TileSchedule& s, const std::vector<int32_t>& parts, int32_t heads, int32_t slots);
 // The long-walk split with cap max_tiles / `share` (the "fwd_split" option's long_N): each row tile
 // with more tiles than that in as many parts of at most that many (at most kMaxSplitKvParts).
 std::vector<int32_t> long_walk_parts(const TileSchedule& s, int32_t share);

@@ -236,6 +236,17 @@ TEST(FlexFlash, FirstWritersOfDqMatchTheGpuReference) {
   }
 }
 
+// A grid whose last wave is partly filled (full at 4105 tokens, heads 8:1, head dim 64: 22 row tiles
+// of 192 rows a head, 176 blocks on 132 SMs): by default split-KV cuts only the last wave's row
+// tiles, the heads going out 4 together, and a pass combines the parts' O and LSE (the last row
+// tile holds 73 rows). Causal likewise cuts its shortest row tiles.
+TEST(FlexFlash, TheLastWavesSplitRowTilesMatchTheGpuReference) {
+  LCA_SKIP_WITHOUT_GPU();
+  const int64_t s = 4105;
+  expect_matches_gpu_reference(make("full_4105_gqa8_d64_bf16", s, s, 8, 1, 64, LCA_DTYPE_BF16, mask_full(s, s)), 82);
+  expect_matches_gpu_reference(make("causal_4105_gqa8_d64_f16", s, s, 8, 1, 64, LCA_DTYPE_F16, mask_causal(s)), 83);
+}
+
 // Head dim 64 with row tiles long enough for the 128-key kernel (causal and documents at 8K + 37)
 // and heads enough (48:12) that the grid of 192-row tiles keeps their gain on an H100: by default the
 // forward there runs three consumers on 192-row tiles (plan() builds the 192-row schedule; the last
@@ -394,6 +405,17 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
                                          builtin_slices("causal_document", R"({"dist":"uniform:250-650"})", 6007, 404)));
   EXPECT_EQ(sd["backward"]["kernel"], "sm90_skip");
   EXPECT_GT(sd["backward"]["split_walks"].get<int>(), 0);
+
+  // Full at 4105 tokens, 8:1, head dim 64: on 132 SMs split-KV cuts the last wave's 6 row tiles of
+  // 192 rows in 2 and sends 4 heads out together (test_flex_schedule's
+  // TailSplitCutsTheLastWavesRowTiles).
+  if (gpu.sm_count == 132) {
+    const nlohmann::json tail = info_of(make("full_4105_d64", 4105, 4105, 8, 1, 64, LCA_DTYPE_BF16, mask_full(4105, 4105)));
+    EXPECT_EQ(tail["forward"]["kernel"], "sm90_k128_wg3") << tail.dump();
+    EXPECT_EQ(tail["forward"]["splits"], 2) << tail.dump();
+    EXPECT_EQ(tail["forward"]["split_row_tiles"], 6) << tail.dump();
+    EXPECT_EQ(tail["forward"]["heads_together"], 4) << tail.dump();
+  }
 }
 
 // Two instances of one process, created with other options, plan the same problem with the kernels

@@ -597,25 +597,33 @@ TEST(FlexSchedule, ThreeConsumerTilesAtHeadDim64OnEveryGrid) {
 }
 
 // Split-KV on head dim 64's 192-row grid at 7680 tokens, 8 heads (forward_split_parts, with the
-// heads together plan() gives them): full's 40 row tiles a head (320 blocks, 2.4 waves) split alike
-// in 2; causal's do not split, nor does the 128-row grid of either.
+// heads together plan() gives them): full's 40 row tiles a head (320 blocks, 2.4 waves) end on a
+// last wave of 56 blocks: its 7 row tiles are cut in 2, the rest whole, predicted at most 0.9 of
+// unsplit and below every row tile cut alike. Whatever it takes on either grid of full and causal,
+// no other split of the kinds it weighs is predicted sooner, and what it takes is kSplitKvGain sooner
+// than unsplit.
 TEST(FlexSchedule, ThreeConsumerGridSplitsBySimulatedTime) {
   using lca_flex_flash::most_parts;
+  using lca_flex_flash::split_forward_cost;
   for (const char* name : {"full", "causal"}) {
     auto g = BuiltinProvider::instance().generate(name, "{}", 7680, 42);
     ASSERT_EQ(g.status, LCA_OK) << g.error;
-    TileSchedule s128 = build_schedule(*g.mask, /*by_query=*/true, 128);
-    TileSchedule s192 = build_schedule(*g.mask, /*by_query=*/true, 192);
-    s128.heads_together = lca_flex_flash::forward_heads_together(s128, 8, 132);
-    s192.heads_together = lca_flex_flash::forward_heads_together(s192, 8, 132);
-    SCOPED_TRACE(name);
-    EXPECT_EQ(most_parts(lca_flex_flash::forward_split_parts(s128, 8, 132, 64)), 1);
-    const auto parts = lca_flex_flash::forward_split_parts(s192, 8, 132, 64);
-    if (std::string(name) == "full") {
-      EXPECT_EQ(most_parts(parts), 2);
-      EXPECT_EQ(std::count(parts.begin(), parts.end(), 2), s192.row_tiles) << "every row tile alike";
-    } else {
-      EXPECT_EQ(most_parts(parts), 1);
+    for (const int32_t rows : {128, 192}) {
+      SCOPED_TRACE(std::string(name) + " rows " + std::to_string(rows));
+      TileSchedule s = build_schedule(*g.mask, /*by_query=*/true, rows);
+      s.heads_together = lca_flex_flash::forward_heads_together(s, 8, 132);
+      const auto parts = lca_flex_flash::forward_split_parts(s, 8, 132, 64);
+      const double whole = split_forward_cost(s, std::vector<int32_t>{}, 8, 132, 64);
+      const double chosen = most_parts(parts) > 1 ? split_forward_cost(s, parts, 8, 132, 64) : whole;
+      if (most_parts(parts) > 1) EXPECT_LE(chosen, lca_flex_flash::kSplitKvGain * whole);
+      for (int32_t k = 2; k <= lca_flex_flash::kMaxSplitKvParts; ++k) {
+        EXPECT_LE(chosen, split_forward_cost(s, k, 8, 132, 64) + 1e-6) << "alike " << k;
+        EXPECT_LE(chosen, split_forward_cost(s, lca_flex_flash::long_walk_parts(s, k), 8, 132, 64) + 1e-6) << "long " << k;
+      }
+      if (std::string(name) == "full" && rows == 192) {
+        EXPECT_EQ(parts, lca_flex_flash::tail_parts(s, 7, 2));
+        EXPECT_LT(chosen, 0.9 * whole);
+      }
     }
   }
 }
@@ -770,6 +778,44 @@ TEST(FlexSchedule, LongWalkSplitCutsOnlyTheWalksThatEndTheForward) {
   EXPECT_EQ(most_parts(forward_split_parts(build_schedule(*f.mask, /*by_query=*/true, 128), 8, 132, 64)), 1);
 }
 
+// The tail split (tail_parts, and forward_split_parts' choice of it): full at 4105 tokens, heads 8:1,
+// head dim 64's 192-row tiles: 22 row tiles a head, 176 equal blocks on 132 SMs, the last wave a
+// third full. The rule cuts the last 6 row tiles of the launch order (44 blocks: the last wave) in 2
+// and leaves the other 16 whole; split_schedule sends heads out together (4 of them: a group's
+// parts come after its whole blocks, heads outer would put every head's parts amid the next
+// head's whole blocks). Predicted 0.80 of unsplit, and below every row tile cut alike.
+// A grid of many even waves (full at 39936, 8 heads) and one whose last wave is nearly full (full at
+// 8192, heads 16:8, 128-row tiles: 1024 blocks, 7.76 waves) are left whole.
+TEST(FlexSchedule, TailSplitCutsTheLastWavesRowTiles) {
+  using lca_flex_flash::forward_split_parts;
+  using lca_flex_flash::most_parts;
+  using lca_flex_flash::split_forward_cost;
+  auto& p = BuiltinProvider::instance();
+  auto f = p.generate("full", "{}", 4105, 42);
+  ASSERT_EQ(f.status, LCA_OK) << f.error;
+  TileSchedule s = build_schedule(*f.mask, /*by_query=*/true, 192);
+  s.heads_together = lca_flex_flash::forward_heads_together(s, 8, 132);
+  ASSERT_EQ(s.row_tiles, 22);
+  const std::vector<int32_t> parts = forward_split_parts(s, 8, 132, 64);
+  ASSERT_EQ(parts.size(), static_cast<size_t>(s.row_tiles));
+  EXPECT_EQ(parts, lca_flex_flash::tail_parts(s, 6, 2));
+  EXPECT_EQ(std::count(parts.begin(), parts.end(), 2), 6);
+  for (int32_t i = 0; i < 16; ++i) EXPECT_EQ(parts[static_cast<size_t>(s.order[static_cast<size_t>(i)])], 1) << i;
+  const TileSchedule v = lca_flex_flash::split_schedule(s, parts, 8, 132);
+  EXPECT_GT(v.heads_together, 1);
+  const double whole = split_forward_cost(s, std::vector<int32_t>{}, 8, 132, 64);
+  const double tail = split_forward_cost(s, parts, 8, 132, 64);
+  EXPECT_LT(tail, 0.85 * whole);
+  for (int32_t k = 2; k <= lca_flex_flash::kMaxSplitKvParts; ++k)
+    EXPECT_LT(tail, split_forward_cost(s, k, 8, 132, 64)) << "every row tile in " << k;
+  auto wide = p.generate("full", "{}", 39936, 42);
+  ASSERT_EQ(wide.status, LCA_OK) << wide.error;
+  EXPECT_EQ(most_parts(forward_split_parts(build_schedule(*wide.mask, /*by_query=*/true, 192), 8, 132, 64)), 1);
+  auto eight = p.generate("full", "{}", 8192, 42);
+  ASSERT_EQ(eight.status, LCA_OK) << eight.error;
+  EXPECT_EQ(most_parts(forward_split_parts(build_schedule(*eight.mask, /*by_query=*/true, 128), 16, 132, 128)), 1);
+}
+
 // split_forward_bound is a bound: no split of any kind costs less (so forward_split_parts may skip
 // building them where the unsplit dispatch is within kSplitKvGain of it), over masks with even and
 // uneven walks, lengths that are not tile multiples, few and many heads. Many waves of even walks
@@ -800,6 +846,9 @@ TEST(FlexSchedule, SplitKvBoundHoldsForEverySplit) {
         for (int32_t k = 2; k <= lca_flex_flash::kMaxSplitKvParts; ++k) {
           EXPECT_LE(bound, split_forward_cost(s, k, heads, 132, 128) + 1e-6) << "parts " << k;
           EXPECT_LE(bound, split_forward_cost(s, long_walk_parts(s, k), heads, 132, 128) + 1e-6) << "long " << k;
+          for (const int32_t tiles : {1, s.busy_tiles / 3, s.busy_tiles - 1})
+            EXPECT_LE(bound, split_forward_cost(s, lca_flex_flash::tail_parts(s, tiles, k), heads, 132, 128) + 1e-6)
+                << "tail " << tiles << " in " << k;
           // With a cutoff the cost is the same, or a bound at least the cutoff and at most the cost:
           // a split that cannot beat the cutoff is not simulated, and none that can is lost.
           for (const std::vector<int32_t>& parts :

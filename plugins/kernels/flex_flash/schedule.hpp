@@ -81,21 +81,26 @@ TileSchedule split_row_tiles(const TileSchedule& s, const std::vector<int32_t>& 
 TileSchedule split_row_tiles(const TileSchedule& s, int32_t parts);
 
 // The parts the forward splits its row tiles into, by predicted time: of every row tile cut alike
-// into 2-4 parts, and of only the row tiles whose walks are longer than the longest one's 1/2, 1/3
-// or 1/4, each cut into as many parts of at most that length (at most 4), and of the last-dispatched
+// into 2-4 parts, of only the row tiles whose walks are longer than the longest one's 1/2, 1/3 or
+// 1/4, each cut into as many parts of at most that length (at most 4), and of the last-dispatched
 // row tiles cut into 2-4 parts (tail_parts: as many as the last, partly filled wave holds, give or
-// take a wave's worth, the rest whole), the split whose predicted time is least, taken where it is at most kSplitKvGain of the unsplit forward's; else empty (no
-// split). The time: the simulated dispatch of the split schedule's blocks (simulated_makespan), a
-// block costing its tiles plus kSplitKvBlockTiles, plus the pass that combines the split rows'
-// parts (bytes at kSplitKvCombineBytes a second, turned into cells at kSplitKvCellRate).
+// take a wave's worth, the rest whole), the split whose predicted time is least, taken where it is
+// at most kSplitKvGain of the unsplit forward's; else empty (no split). The time: the simulated
+// dispatch of the split schedule's blocks (simulated_makespan), a block costing its tiles plus
+// kSplitKvBlockTiles, plus the pass that combines the split rows' parts (bytes at
+// kSplitKvCombineBytes a second, turned into cells at kSplitKvCellRate).
 // Small grids (few heads, short sequences: heads 8:1 at 4K-16K) end on a partly empty last wave;
 // split alike, the same cells end on fuller waves of shorter blocks; with only the last wave's row
-// tiles cut, and every head of a row tile out together (split_schedule), the whole blocks fill the
-// waves before and the parts the time that is left (full at 4105 tokens, 8:1, 192-row tiles: 22 row
-// tiles a head, 176 blocks on 132 SMs; the last 6 row tiles in halves simulate 0.80 of unsplit and
-// 0.89 of every row tile in halves). A few walks far longer than
-// the rest (the rows of global_sliding's global tokens, which see every key) end the forward alone
-// however the others are dispatched; split, their parts run side by side.
+// tiles cut, and heads out together as split_schedule picks them (a group's whole blocks before its
+// parts), the whole blocks fill the waves before and the parts the time that is left (full at 4105
+// tokens, 8:1, 192-row tiles: 22 row tiles a head, 176 blocks on 132 SMs; the last 6 row tiles in
+// halves, 4 heads together, simulate 0.80 of unsplit and 0.89 of every row tile in halves). On an
+// H100, against the two kinds alone in one run, the 18 cells whose plan the tail split changed
+// (full and causal at 4105-22301 tokens, 8:1 to 32:32, d64 and d128; two of global_sliding's long
+// splits, now in 4 parts with 4 heads together) ran 1.007-1.216x, median
+// 1.049, the 20 it left 0.991-1.028x (docs/results/2026-12-07-h100-fwd-tail-split.md). A few walks
+// far longer than the rest (the rows of global_sliding's global tokens, which see every key) end
+// the forward alone however the others are dispatched; split, their parts run side by side.
 // kSplitKvBlockTiles: a block's fixed cost (Q in, pipeline filled and drained, O out, launch) in 64-key
 // tiles: full on an H200 at head dim 64 ran 0.71 us a tile in 64-tile blocks (4096 tokens, 8:1) and
 // 0.61 in 256-tile blocks (16384, 32:32), about 10 tiles a block; 8 taken.

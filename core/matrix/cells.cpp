@@ -22,6 +22,28 @@ std::string skip_reason(const Cell& c, const KernelCaps& caps, const HostDevices
   return "";
 }
 
+// A parameter the mask's manifest does not list is refused here, before any cell runs: the name
+// is a typo or belongs to another mask at every length (values are checked where the mask is made,
+// since whether one fits can depend on the length; `--dry-run` makes every cell's mask).
+void refuse_unknown_parameters(const std::string& matrix, const std::string& text, const MaskSpec& m,
+                               const MaskPatternInfo& info) {
+  if (!info.params_declared) return;
+  for (auto it = m.params.begin(); it != m.params.end(); ++it) {
+    bool known = false;
+    std::string takes;
+    for (const auto& p : info.params) {
+      const std::string name = p.value("name", "");
+      known = known || name == it.key();
+      takes += (takes.empty() ? "" : ", ") + name;
+      if (p.contains("default")) takes += " (default " + p["default"].dump() + ")";
+    }
+    if (!known)
+      throw std::runtime_error("matrix " + matrix + ": mask '" + text + "': " + info.name + " has no parameter '" +
+                               it.key() + "'; it takes " + (takes.empty() ? "none" : takes) +
+                               " (see `lcahost masks`)");
+  }
+}
+
 }  // namespace
 
 std::string Cell::key() const {
@@ -135,13 +157,15 @@ std::vector<Cell> expand_cells(const MatrixSpec& spec, const Registry& registry,
       } catch (const std::exception& e) {
         throw std::runtime_error("matrix " + spec.name + ": " + e.what());
       }
-      if (masks.find(m.pattern) == nullptr) {
+      const MaskSource::Entry* entry = masks.find(m.pattern);
+      if (entry == nullptr) {
         std::string known;
         for (const auto& e : masks.patterns()) known += (known.empty() ? "" : ", ") + e.info.name;
         throw std::runtime_error("matrix " + spec.name + ": unknown mask '" + m.pattern +
                                  "'; known masks: " + (known.empty() ? "(no mask provider loaded)" : known) +
                                  " (see `lcahost masks`)");
       }
+      refuse_unknown_parameters(spec.name, text, m, entry->info);
       mask_specs.push_back(std::move(m));
     }
   }

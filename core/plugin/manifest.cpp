@@ -366,7 +366,10 @@ Manifest parse_manifest(const std::filesystem::path& file, const nlohmann::json&
       info.name = p["name"].get<std::string>();
       info.category = p["category"].get<std::string>();
       info.summary = p.value("summary", "");
-      if (p.contains("params")) info.params = p["params"];
+      if (p.contains("params")) {
+        info.params = p["params"];
+        info.params_declared = true;
+      }
       m.patterns.push_back(std::move(info));
     }
   } else if (m.kind == "cp_strategy") {

@@ -52,6 +52,7 @@ struct MaskPatternInfo {
   std::string category;
   std::string summary;
   nlohmann::json params = nlohmann::json::array();  // [{name, type, default, doc}]
+  bool params_declared = false;  // the manifest lists "params" (then no other name is taken)
 };
 
 struct CPCaps {

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iomanip>
@@ -346,14 +347,30 @@ void TablePrinter::row(size_t index, size_t total, const CellResult& r, double, 
   }
   out_ << "  " << std::left << std::setw(9) << format_duration(eta_s) << std::right;
   std::string note = r.reason.empty() ? c.skip : r.reason;
-  if (note.size() > 90) note = note.substr(0, 89) + "~";
+  if (note.size() > 90) {
+    if (is_failure(r.status)) {
+      auto key = std::make_pair(std::string(to_string(r.status)), note);
+      auto it = std::find_if(cut_reasons_.begin(), cut_reasons_.end(), [&](const auto& e) { return e.first == key; });
+      if (it == cut_reasons_.end()) cut_reasons_.emplace_back(std::move(key), 1);
+      else ++it->second;
+    }
+    note = note.substr(0, 89) + "~";
+  }
   out_ << note << "\n" << std::flush;
 }
 
 void TablePrinter::summary(const std::map<std::string, int>& counts, double elapsed_s) {
   out_ << "# summary:";
   for (const auto& [status, n] : counts) out_ << " " << status << "=" << n;
-  out_ << "  elapsed " << format_duration(elapsed_s) << "\n" << std::flush;
+  out_ << "  elapsed " << format_duration(elapsed_s) << "\n";
+  const size_t shown = std::min(cut_reasons_.size(), kWholeReasons);
+  for (size_t i = 0; i < shown; ++i) {
+    const auto& [key, rows] = cut_reasons_[i];
+    out_ << "# " << key.first << " (" << rows << (rows == 1 ? " cell" : " cells") << "): " << key.second << "\n";
+  }
+  if (cut_reasons_.size() > shown)
+    out_ << "# ... and " << cut_reasons_.size() - shown << " more reasons, whole in the results' \"reason\" fields\n";
+  out_ << std::flush;
 }
 
 }  // namespace lca::core

@@ -86,10 +86,16 @@ class TablePrinter {
   explicit TablePrinter(std::ostream& out) : out_(out) {}
   void header();
   void row(size_t index, size_t total, const CellResult& r, double elapsed_s, double eta_s);
+  // The counts, then each distinct reason of a FAIL, ERROR, CRASH or TIMEOUT row that the table
+  // cut short, whole, with its status and how many rows gave it (at most kWholeReasons of them).
   void summary(const std::map<std::string, int>& counts, double elapsed_s);
+
+  static constexpr size_t kWholeReasons = 10;
 
  private:
   std::ostream& out_;
+  // Reasons cut in a row, in the order first met: (status, reason) -> rows.
+  std::vector<std::pair<std::pair<std::string, std::string>, int>> cut_reasons_;
 };
 
 std::string format_duration(double seconds);

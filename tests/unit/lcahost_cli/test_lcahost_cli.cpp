@@ -203,6 +203,34 @@ TEST_F(Cli, UnknownMaskInARunNamesItAndTheKnownOnes) {
   EXPECT_HAS(r.err, "block_sparse");
 }
 
+// A parameter name the mask does not take is refused before any cell runs, naming the ones it
+// does take; a value out of range is the cell's ERROR (whether it fits can depend on the length),
+// and the summary gives that reason whole, once, where the table's note column cut it.
+TEST_F(Cli, UnknownMaskParameterIsRefusedAndCutReasonsAreGivenWhole) {
+  const auto r = lcahost({"--matrix", "quick", "--kernels", "cpu_reference", "--masks", "sliding_window:windw=5"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "mask 'sliding_window:windw=5': sliding_window has no parameter 'windw'; it takes window");
+  EXPECT_LACKS(r.out, "ERROR");
+
+  const auto v = lcahost({"--matrix", "quick", "--kernels", "cpu_reference", "--masks",
+                          "causal,sliding_window:window=-4"});
+  EXPECT_EQ(v.exit_code, 3) << describe(v);
+  const std::string whole = "sliding_window: parameter 'window' = -4 is out of range; allowed: 0 <= window <= seqlen";
+  std::string summary_line;
+  int rows_cut = 0;
+  for (const auto& l : lines_of(v.out)) {
+    if (l.find("ERROR") != std::string::npos && l.rfind("# ", 0) != 0) {
+      ++rows_cut;
+      EXPECT_LACKS(l, whole);  // cut in the table
+    }
+    if (l.rfind("# ERROR (2 cells): ", 0) == 0) summary_line = l;
+  }
+  EXPECT_EQ(rows_cut, 2) << v.out;
+  EXPECT_HAS(summary_line, whole);
+  // Reasons the table showed whole, and rows that are ok, are not repeated.
+  EXPECT_LACKS(v.out, "# ok");
+}
+
 TEST_F(Cli, UnknownKernelInARun) {
   const auto r = lcahost({"--matrix", "quick", "--kernels", "flash9"});
   EXPECT_EQ(r.exit_code, 2) << describe(r);

@@ -5,7 +5,9 @@ a PASS or MISS against the targets. A share of its own full splits, where both c
 flex_flash's tile counts, into the fill of the tiles it computed (the mask's cells over the cells of
 those tiles, against full's) and the rate a tile (the rest): a fill below the target is a limit of
 the tiling, out of reach for any schedule of these tiles; a low rate a tile is time the schedule or
-the kernel loses (fixed costs a row tile, masking, idle SMs).
+the kernel loses (fixed costs a row tile, masking, idle SMs). A backward's plan_info also gives its
+blocks' simulated dispatch over an even spread (dispatch_over_spread), shown beside full's: where
+the cell's is well above, the schedule's tail of long blocks on few SMs is the loss.
 Rule: a ratio needs both cells `ok`; a cell that failed its check or errored is listed, never
 compared."""
 from collections import OrderedDict
@@ -172,11 +174,29 @@ def tile_split(own):
     return fill, own["ratio"] / fill
 
 
-def split_text(own):
-    split = tile_split(own)
-    if split is None:
+def dispatch(cell):
+    """The backward's dispatch_over_spread from plan_info (its blocks' simulated end over their work
+    spread evenly over the SMs), or None where the record lacks it or the cell is a forward."""
+    info = cell.get("plan_info")
+    if cell.get("pass") != "bwd" or not isinstance(info, dict) or not isinstance(info.get("backward"), dict):
         return None
-    return f"tiles filled {split[0]:.2f} as full's, run at {split[1]:.2f} of full's rate a tile"
+    value = info["backward"].get("dispatch_over_spread")
+    return value if isinstance(value, (int, float)) and value > 0 else None
+
+
+def split_text(own):
+    """The tile split of an own-full share and, for a backward that records it, how far its
+    simulated dispatch runs past an even spread against full's: a rate a tile that the schedule's
+    tail explains, or not."""
+    split = tile_split(own)
+    cell_dispatch, full_dispatch = dispatch(own["cell"]), dispatch(own["full"])
+    tail = None
+    if cell_dispatch is not None and full_dispatch is not None:
+        tail = f"blocks simulated to end {cell_dispatch:.2f}x an even spread (full {full_dispatch:.2f}x)"
+    if split is None:
+        return tail
+    text = f"tiles filled {split[0]:.2f} as full's, run at {split[1]:.2f} of full's rate a tile"
+    return f"{text}; {tail}" if tail else text
 
 
 def fmt(x):

@@ -105,6 +105,8 @@ class FlexPlan final : public lca::IPlan {
   // The unsplit schedule's row tiles, busy row tiles and mean tiles a row tile, for plan_info.
   int32_t fwd_row_tiles = 0, fwd_busy_tiles = 0;
   float fwd_mean_tiles = 0.f;
+  // The backward blocks' simulated dispatch over an even spread (dispatch_over_spread), for plan_info.
+  float bwd_dispatch = 0.f;
   DeviceBuffer part_o, part_lse;
   // What forward() and backward() launch on this plan, recorded with each cell (plan_info): the
   // kernels, by the values of the "forward" / "backward" options that force them, and the schedules
@@ -151,7 +153,8 @@ class FlexPlan final : public lca::IPlan {
                      {"dv_first", launched_dv_first(b)},
                      {"idle_share", rounded(bwd.idle_share)},
                      {"mean_tiles", rounded(bwd.mean_tiles)},
-                     {"mean_span", rounded(bwd.mean_span)}};
+                     {"mean_span", rounded(bwd.mean_span)},
+                     {"dispatch_over_spread", bwd_kernel == "mma" ? 0.0 : rounded(bwd_dispatch)}};
     return j.dump();
   }
   void release(const lca_exec& exec) override {
@@ -233,6 +236,7 @@ class FlexFlash final : public lca::IKernel {
       BackwardBlocks blocks;
       std::vector<int32_t> split_tiles;  // the split key tiles by slot (place_split_walks)
       std::vector<int32_t> dq_first;     // dq_first_writers' key tile a query tile, or empty
+      double dispatch = 0.0;             // dispatch_over_spread of the blocks as they go out
     };
     auto bwd = std::async(std::launch::async, [&mask, &pr, &o, bwd_speedup, pairing, heads_kv, together, split, local, match,
                                                sms, rule_places] {
@@ -250,6 +254,7 @@ class FlexFlash final : public lca::IKernel {
           b.dq_first = std::move(w.key_tile);
         }
       }
+      b.dispatch = dispatch_over_spread(b.blocks.items, heads_kv, group, sms, b.blocks.kv_heads_together);
       return b;
     });
     const auto heads_q = static_cast<int32_t>(pr.heads_q);
@@ -307,6 +312,7 @@ class FlexFlash final : public lca::IKernel {
                                "the rotated backward walks' places");
     plan->dq_first = upload(b.dq_first, exec, "dQ's first writers");
     plan->split_count = static_cast<int32_t>(b.split_tiles.size());
+    plan->bwd_dispatch = static_cast<float>(b.dispatch);
     plan->split_tiles = upload(b.split_tiles, exec, "the split backward walks' key tiles");
     LCA_FLEX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(exec.stream)));  // host vectors die here
     return plan;

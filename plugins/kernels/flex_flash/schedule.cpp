@@ -668,6 +668,16 @@ int64_t simulated_default_makespan(const std::vector<BwdItem>& items, int32_t he
   return simulated_order_makespan(items, heads_kv, group, slots, kv_heads_together(items, heads_kv, group, slots));
 }
 
+double dispatch_over_spread(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots,
+                            int32_t g) {
+  if (slots <= 0 || items.empty() || heads_kv <= 0) return 0.0;
+  if (g <= 0 || heads_kv % g != 0) g = 1;
+  double work = 0.0;
+  for (const BwdItem& it : items) work += double(item_cost(it, group));
+  const double spread = work * heads_kv / slots;
+  return double(simulated_order_makespan(items, heads_kv, group, slots, g)) / spread;
+}
+
 int32_t kv_heads_together(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots) {
   if (slots <= 0 || items.empty() || local_walks(items)) return 1;
   int64_t longest = 0;

@@ -353,6 +353,13 @@ int64_t simulated_order_makespan(const std::vector<BwdItem>& items, int32_t head
 // The same with g as kv_heads_together gives it for the items (the order the kernel without the skip
 // runs them in): what split_long_walks and unpaired_under_a_wave (kernels.hpp) compare.
 int64_t simulated_default_makespan(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots);
+// When the last of the items' blocks ends, going out g kv heads together on `slots` SMs (simulated
+// as above), over their cost spread evenly over the SMs: 1.0 where the dispatch ends with the
+// spread, more where a tail of long blocks runs on few SMs (plan_info's backward
+// "dispatch_over_spread"; 0 without items or SMs). A model of the grid's dispatch: tile rates,
+// L2 and the kernels' own differences are not in it.
+double dispatch_over_spread(const std::vector<BwdItem>& items, int32_t heads_kv, int32_t group, int32_t slots,
+                            int32_t g);
 
 // Whether every block walks one key tile up with heads outer (no pairs, no flags, no split): the
 // Hopper skip backward starts such walks where the running blocks of their kv head are (kernels.hpp,

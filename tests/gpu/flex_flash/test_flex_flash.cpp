@@ -325,6 +325,15 @@ TEST(FlexFlash, PlanInfoNamesTheKernelsThatRun) {
   EXPECT_TRUE(f["backward"]["dq_first_writers"].is_boolean());
   EXPECT_TRUE(f["backward"]["dv_first"].is_boolean());
   EXPECT_GE(f["backward"]["blocks"].get<int64_t>(), 8);
+  // Full's equal walks fill whole waves but the last: their simulated dispatch ends near an even
+  // spread (0 where mma.sync runs, which has no blocks of the Hopper kernels).
+  const double dispatch = f["backward"]["dispatch_over_spread"].get<double>();
+  if (f["backward"]["kernel"] == "mma") {
+    EXPECT_EQ(dispatch, 0.0);
+  } else {
+    EXPECT_GE(dispatch, 1.0);
+    EXPECT_LT(dispatch, 1.5);
+  }
 
   const std::string forced_fwd = flex_options().value("forward", ""), forced_bwd = flex_options().value("backward", "");
   const bool variant = !flex_options().empty();

@@ -18,6 +18,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <cstdio>
 #include <tuple>
 
 namespace lca::test {
@@ -1867,6 +1868,36 @@ TEST(FlexSchedule, LongDocumentsHaveNoFirstWritersOfDq) {
   EXPECT_EQ(first_writers("shared_question", R"({"dist":"prolong64k"})", 125611, 8).first, 0);
   for (const int64_t seqlen : {46374, 66836, 125611})
     EXPECT_GT(first_writers("sliding_window", R"({"window":1517})", seqlen, 1).first, 0) << seqlen;
+}
+
+
+// plan_info's backward dispatch_over_spread: the default blocks' simulated dispatch, in the order
+// they go out, over their work spread evenly over the SMs. Full's equal walks over many waves end
+// with the spread; prefix_lm_causal with a 5767-token prefix at 18599 tokens, one kv head (seed
+// 1212005, a sweep's cliff at 0.61 of its own full on an H100) has 144 blocks on 132 SMs, and two
+// pairs of the prefix's key tiles run on after the rest: its dispatch ends about 1.5x the spread.
+TEST(FlexSchedule, DispatchOverSpreadTellsATailFromWholeWaves) {
+  using lca_flex_flash::BwdMatch;
+  using lca_flex_flash::dispatch_over_spread;
+  auto& p = BuiltinProvider::instance();
+  auto of = [&](const char* name, const char* params, int64_t seqlen, uint64_t seed, int32_t heads_kv, int32_t group) {
+    auto g = p.generate(name, params, seqlen, seed);
+    EXPECT_EQ(g.status, LCA_OK) << g.error;
+    const TileSchedule s = lca_flex_flash::default_backward_schedule(*g.mask, 391.0 / 196.0, group, heads_kv, 132,
+                                                                     BwdMatch::kAuto);
+    const auto b = lca_flex_flash::default_backward_blocks(s, heads_kv, group, 132, BwdPairing::kAuto);
+    EXPECT_EQ(dispatch_over_spread(b.items, heads_kv, group, 0, b.kv_heads_together), 0.0);
+    return dispatch_over_spread(b.items, heads_kv, group, 132, b.kv_heads_together);
+  };
+  const double full = of("full", "{}", 65536, 42, 8, 8);
+  EXPECT_GE(full, 1.0);
+  EXPECT_LT(full, 1.05);  // 4096 blocks: 31.03 waves, the last one 4 blocks deep
+  const double prefix = of("prefix_lm_causal", "{\"prefix\":5767}", 18599, 1212005, 1, 8);
+  EXPECT_GT(prefix, 1.4);
+  EXPECT_LT(prefix, 1.7);
+  // Its makespan against the blocks' cost is what unpairing is weighed on (unpaired_under_a_wave).
+  EXPECT_GT(prefix, full + 0.3);
+  std::printf("[dispatch] full %.3f prefix_lm_causal %.3f\n", full, prefix);
 }
 
 }  // namespace

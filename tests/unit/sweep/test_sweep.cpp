@@ -362,6 +362,35 @@ TEST(SweepReport, OwnShareSplitsIntoTileFillAndRateATile) {
   EXPECT_HAS(md.out, "(0.50 of full (tiles filled 0.60 as full's, run at 0.83 of full's rate a tile)): `kernel=k");
 }
 
+// A backward whose plan_info records dispatch_over_spread (its blocks' simulated end over an even
+// spread) shows it beside full's, after the tile split, or alone where tile counts are missing.
+TEST(SweepReport, BackwardShareShowsTheSimulatedDispatchBesideFulls) {
+  SKIP_WITHOUT_PYTHON();
+  TempDir dir("lca_sweep");
+  const int n = 18599;
+  auto with_dispatch = [](json c, double dispatch, bool tiles) {
+    json b = {{"kernel", "sm90_noskip"}, {"dispatch_over_spread", dispatch}};
+    if (tiles) {
+      b["key_tiles"] = 100;
+      b["mean_tiles"] = c["mask"] == "full" ? 200 : 100;
+      b["tile_keys"] = 128;
+      c["area"] = c["mask"] == "full" ? 100.0 * 200 * 128 * 64 : 0.9 * 100 * 100 * 128 * 64;
+    }
+    c["plan_info"] = {{"backward", b}};
+    return c;
+  };
+  write_results(dir / "results.jsonl",
+                {with_dispatch(cell("flex_flash", "full", n, "bwd", 450), 1.03, true),
+                 with_dispatch(cell("flex_flash", "prefix_lm_causal:prefix=5767", n, "bwd", 270), 1.66, true),
+                 with_dispatch(cell("flex_flash", "full", n + 1, "bwd", 450), 1.02, false),
+                 with_dispatch(cell("flex_flash", "causal", n + 1, "bwd", 300), 1.01, false)});
+  const auto r = sweep({"report", (dir / "results.jsonl").string()});
+  EXPECT_EQ(r.exit_code, 1) << describe(r);
+  EXPECT_HAS(r.out, "tiles filled 0.90 as full's, run at 0.67 of full's rate a tile; blocks simulated to end 1.66x "
+                    "an even spread (full 1.03x)");
+  EXPECT_HAS(r.out, "\n          blocks simulated to end 1.01x an even spread (full 1.02x)");
+}
+
 // A cell whose warm-up ended on its cap with the times still moving (warmup_steady false) is
 // marked where the report names it, and counted; records without the field count as steady.
 TEST(SweepReport, MarksCellsWhoseWarmUpEndedUnsteady) {

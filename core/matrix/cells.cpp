@@ -28,19 +28,18 @@ std::string skip_reason(const Cell& c, const KernelCaps& caps, const HostDevices
 void refuse_unknown_parameters(const std::string& matrix, const std::string& text, const MaskSpec& m,
                                const MaskPatternInfo& info) {
   if (!info.params_declared) return;
+  auto takes = [&](const std::string& key) {
+    return std::any_of(info.params.begin(), info.params.end(), [&](const auto& p) { return p.value("name", "") == key; });
+  };
   for (auto it = m.params.begin(); it != m.params.end(); ++it) {
-    bool known = false;
-    std::string takes;
+    if (takes(it.key())) continue;
+    std::string names;
     for (const auto& p : info.params) {
-      const std::string name = p.value("name", "");
-      known = known || name == it.key();
-      takes += (takes.empty() ? "" : ", ") + name;
-      if (p.contains("default")) takes += " (default " + p["default"].dump() + ")";
+      names += (names.empty() ? "" : ", ") + p.value("name", std::string());
+      if (p.contains("default")) names += " (default " + p["default"].dump() + ")";
     }
-    if (!known)
-      throw std::runtime_error("matrix " + matrix + ": mask '" + text + "': " + info.name + " has no parameter '" +
-                               it.key() + "'; it takes " + (takes.empty() ? "none" : takes) +
-                               " (see `lcahost masks`)");
+    throw std::runtime_error("matrix " + matrix + ": mask '" + text + "': " + info.name + " has no parameter '" +
+                             it.key() + "'; it takes " + (names.empty() ? "none" : names) + " (see `lcahost masks`)");
   }
 }
 

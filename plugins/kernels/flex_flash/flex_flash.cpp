@@ -271,9 +271,10 @@ class FlexFlash final : public lca::IKernel {
     else if (const auto d = static_cast<int32_t>(pr.head_dim);
              fwd.tile_rows == kFwdRows && wg3_forward(o, d, idle_share(fwd), mean_tiles(fwd), fwd.max_tiles, group)) {
       // Three consumers on 192-row tiles: asked for (the "forward" option), or by default at head
-      // dim 64, and at 128 where their grid keeps the gain (wg3_grid_keeps_gain).
+      // dim 64 where they add few cells to the 128-row tiles', and at 128 where their grid keeps the
+      // gain (wg3_grid_keeps_gain).
       TileSchedule rows192 = with_order(build_schedule(mask, /*by_query=*/true, 3 * kTile));
-      const bool keeps = wg3_grid_keeps_gain(d, rows192, heads_q, sms);
+      const bool keeps = wg3_grid_keeps_gain(d, rows192, fwd, heads_q, sms);
       if (wg3_forward_forced(o, d) || keeps) fwd = std::move(rows192);
     }
     plan->fwd_row_tiles = fwd.row_tiles;

@@ -267,10 +267,31 @@ inline bool wg3_window_grid_keeps_gain(const TileSchedule& rows192, int32_t head
   const double even = double(simulated_forward_makespan(rows192, heads_q, 1)) / slots;
   return double(simulated_forward_makespan(rows192, heads_q, slots)) <= kWg3WindowSpeedup * even;
 }
-// The rule of the head dim's three-consumer kernel (wg3_forward): head dim 64 always (above), 128
-// against the persistent kernel's even spread.
-inline bool wg3_grid_keeps_gain(int32_t head_dim, const TileSchedule& rows192, int32_t heads_q, int32_t slots) {
-  return head_dim == 64 || wg3_window_grid_keeps_gain(rows192, heads_q, slots);
+// But a 192-row tile computes every 64-key tile that any of its rows sees: where the mask's blocks
+// follow 128-row lines, a 192-row tile straddles two blocks and computes both blocks' key tiles.
+// block_sparse with 128-token blocks at head dim 64 (seed 1212's sweep, H100: 42985 tokens at
+// 32:32 with 19% of the blocks kept, 18599 at 8:1 with 38%) ran at 0.45 and 0.54 of its own full
+// on 192-row tiles, which compute 1.81x and 1.61x the cells of 128-row tiles (idle share 0.45 and
+// 0.38 against 0), while its tiles of 128 rows are all full. So at head dim 64 the 192-row tiles are
+// taken only where they compute at most kWg3CellsLimit times the 128-row tiles' cells: the median
+// gain a cell of the 192-row tiles in the A/B above (1.111 on the H100's first file, full and
+// causal at 4919-22301 tokens, which compute the same cells on both within 1-2%; the range was
+// 0.99-1.32). Where they add more cells than that, 128-row tiles are predicted sooner. Over 614
+// drawn cells at head dim 64 where the 128-key kernel runs (sweep seeds 7-9191 and 1313, 600 more of
+// seed 5151), block_sparse with 128-token blocks computes 1.20-1.87x the cells on 192-row tiles
+// (more the fewer blocks are kept), causal_blockwise at most 1.135x, every other mask at most 1.08x.
+// Not yet timed on a GPU against the 192-row tiles.
+constexpr double kWg3CellsLimit = 1.11;
+inline double schedule_cells(const TileSchedule& s) {
+  return double(s.full_tiles + s.partial_tiles) * s.tile_rows * kTile;
+}
+// The rule of the head dim's three-consumer kernel (wg3_forward): head dim 64 where the 192-row
+// tiles add at most kWg3CellsLimit of the 128-row tiles' cells (rows128: the 128-row schedule the
+// choice was made on), 128 against the persistent kernel's even spread.
+inline bool wg3_grid_keeps_gain(int32_t head_dim, const TileSchedule& rows192, const TileSchedule& rows128,
+                                int32_t heads_q, int32_t slots) {
+  if (head_dim == 64) return schedule_cells(rows192) <= kWg3CellsLimit * schedule_cells(rows128);
+  return wg3_window_grid_keeps_gain(rows192, heads_q, slots);
 }
 // Where the 64-key kernel is picked and the group (heads_q / heads_kv) is even, the pair kernel
 // is picked instead: plan() builds 64-row tiles and a block's two consumers take the same 64 rows

@@ -585,15 +585,43 @@ TEST(FlexSchedule, ThreeConsumerTilesAtHeadDim64OnEveryGrid) {
       const TileSchedule s128 = build_schedule(*g.mask, /*by_query=*/true, 128);
       const TileSchedule s192 = build_schedule(*g.mask, /*by_query=*/true, 192);
       SCOPED_TRACE(std::string(name) + " " + std::to_string(seqlen));
-      for (const int32_t heads : {8, 64}) EXPECT_TRUE(wg3_grid_keeps_gain(64, s192, heads, 132));
+      for (const int32_t heads : {8, 64}) EXPECT_TRUE(wg3_grid_keeps_gain(64, s192, s128, heads, 132));
       if (std::string(name) == "full" && seqlen == 16384)
         EXPECT_EQ(simulated_forward_makespan(s128, 8, 132), 8 * (256 + 2) * 128);
       if (std::string(name) == "full" && seqlen == 4224) {
         EXPECT_EQ(2 * simulated_forward_makespan(s192, 8, 132), 3 * simulated_forward_makespan(s128, 8, 132));
         // Head dim 128's rule weighs the same grid: 176 blocks on 132 SMs end far from an even spread.
-        EXPECT_FALSE(wg3_grid_keeps_gain(128, s192, 8, 132));
+        EXPECT_FALSE(wg3_grid_keeps_gain(128, s192, s128, 8, 132));
       }
     }
+  }
+}
+
+// But at head dim 64 the 192-row tiles are not taken where they compute over kWg3CellsLimit times
+// the 128-row tiles' cells: block_sparse with 128-token blocks (seed 1212's sweep cells, 0.45 and
+// 0.54 of own full on them: 1.81x and 1.61x the cells), and with 70% of them kept at another
+// length and seed; its 64-token blocks run the pair kernel anyway. Full, causal and documents of thousands of tokens add at most a
+// few percent and keep them.
+TEST(FlexSchedule, ThreeConsumerTilesAtHeadDim64OnlyWhereTheyAddFewCells) {
+  using lca_flex_flash::schedule_cells;
+  using lca_flex_flash::wg3_grid_keeps_gain;
+  auto& p = BuiltinProvider::instance();
+  struct C { const char* name; const char* params; int64_t seqlen; uint64_t seed; bool keeps; };
+  for (const C c : {C{"block_sparse", "{\"block\":128,\"sparsity\":0.19}", 42985, 1212001, false},
+                    C{"block_sparse", "{\"block\":128,\"sparsity\":0.38}", 18599, 1212005, false},
+                    C{"block_sparse", "{\"block\":128,\"sparsity\":0.7}", 30011, 7, false},
+                    C{"full", "{}", 42985, 1212001, true}, C{"causal", "{}", 18599, 1212005, true},
+                    C{"causal_document", "{\"dist\":\"uniform:2048-20480\"}", 30011, 7, true},
+                    C{"prefix_lm_causal", "{\"prefix\":5767}", 18599, 1212005, true}}) {
+    SCOPED_TRACE(std::string(c.name) + " " + c.params + " " + std::to_string(c.seqlen));
+    auto g = p.generate(c.name, c.params, c.seqlen, c.seed);
+    ASSERT_EQ(g.status, LCA_OK) << g.error;
+    const TileSchedule s128 = build_schedule(*g.mask, /*by_query=*/true, 128);
+    const TileSchedule s192 = build_schedule(*g.mask, /*by_query=*/true, 192);
+    ASSERT_EQ(default_forward(s128, 8), lca_flex_flash::Sm90Forward::k128);  // the kernel the 192-row tiles replace
+    EXPECT_EQ(wg3_grid_keeps_gain(64, s192, s128, 8, 132), c.keeps)
+        << schedule_cells(s192) / schedule_cells(s128) << "x the cells";
+    if (c.keeps) EXPECT_LT(schedule_cells(s192), 1.05 * schedule_cells(s128));
   }
 }
 
@@ -647,7 +675,7 @@ TEST(FlexSchedule, TheThreeConsumerGpuTestsMasksTakeThreeConsumers) {
               lca_flex_flash::Sm90Forward::k128)
         << slices->size() << " slices";
     const TileSchedule s192 = build_schedule(m, /*by_query=*/true, 192);
-    EXPECT_TRUE(lca_flex_flash::wg3_grid_keeps_gain(64, s192, 48, 132)) << slices->size() << " slices";
+    EXPECT_TRUE(lca_flex_flash::wg3_grid_keeps_gain(64, s192, s128, 48, 132)) << slices->size() << " slices";
   }
 }
 
@@ -1617,7 +1645,7 @@ TEST(FlexSchedule, TheWindowGpuTestsMasksTakeThreeConsumers) {
               lca_flex_flash::Sm90Forward::persistent)
         << name;
     const TileSchedule s192 = build_schedule(*g.mask, /*by_query=*/true, 192);
-    EXPECT_TRUE(lca_flex_flash::wg3_grid_keeps_gain(128, s192, 64, 132)) << name;
+    EXPECT_TRUE(lca_flex_flash::wg3_grid_keeps_gain(128, s192, s128, 64, 132)) << name;
   }
 }
 

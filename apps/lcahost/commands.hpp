@@ -68,6 +68,12 @@ struct Options {
   std::string model_rate_from;  // a mask whose one-GPU record times a tile where a mask has none
   std::string model_kernel_time = "tiles";  // how a local call is timed: tiles or area
   double model_intra_GBps = 0, model_inter_GBps = 0, model_intra_us = -1, model_inter_us = -1, model_hbm_GBps = 0;
+  // kernel-model
+  std::vector<std::string> kmodel_validate;  // results files whose cells are predicted
+  std::string kmodel_kernel = "flex_flash";  // the row (label) whose cells --validate reads
+  int kmodel_worst = 10;                     // cells listed a pass, furthest below the prediction
+  int kmodel_sms = 0;                        // --matrix: SMs (0: an H100's 132)
+  int kmodel_l2_mib = 0;                     // --matrix: L2 in MiB (0: an H100's 50)
   // list / caps
   std::string format = "table";
   std::string caps_mask;
@@ -114,6 +120,7 @@ int cmd_run_cell(const Options& opt);
 int cmd_cp(Options opt, int* argc, char*** argv);
 int cmd_cp_probe(Options opt, int* argc, char*** argv);
 int cmd_cp_model(const Options& opt);
+int cmd_kernel_model(const Options& opt);
 // --sizes of cp-probe: "64K,1M" -> bytes, sorted, without repeats; throws naming the bad piece.
 std::vector<int64_t> parse_probe_sizes(const std::string& text);
 // Runs the report script (share/lca/report.py) with `command` and args; returns only on error.

@@ -190,6 +190,21 @@ int main(int argc, char** argv) {
                     "Also write the predictions as JSON to this file (with --validate: each cell measured and predicted, and the summary)");
   model->add_option("--format", opt.format, "table or md")->check(CLI::IsMember({"table", "md"}));
 
+  auto* kmodel = app.add_subcommand(
+      "kernel-model", "flex_flash's share of its own full as its schedule predicts it, without a GPU: for a matrix's "
+                      "cells (--matrix, --masks, --seqlens), or beside the shares a run measured (--validate R.jsonl)");
+  kmodel->fallthrough();
+  kmodel->add_option("--validate", opt.kmodel_validate,
+                     "Results files (repeatable): predict each measured cell's share of its own full (same run, "
+                     "length, heads, head dim, dtype, pass) and print how far apart they are");
+  kmodel->add_option("--kernel", opt.kmodel_kernel, "The row (a label) whose cells --validate reads (default flex_flash)");
+  kmodel->add_option("--worst", opt.kmodel_worst, "Cells listed a pass, furthest below the prediction (default 10)")
+      ->check(CLI::Range(0, 100000));
+  kmodel->add_option("--sms", opt.kmodel_sms, "With --matrix: the GPU's SMs (default 132, an H100's)")
+      ->check(CLI::Range(1, 4096));
+  kmodel->add_option("--l2-mib", opt.kmodel_l2_mib, "With --matrix: the GPU's L2 in MiB (default 50, an H100's)")
+      ->check(CLI::Range(1, 1 << 20));
+
   auto* run_cell = app.add_subcommand("run-cell", "Internal: run one cell and print its result (used by --isolate)");
   run_cell->group("");
   run_cell->add_option("--cell", opt.cell_json, "The cell as JSON")->required();
@@ -215,6 +230,7 @@ int main(int argc, char** argv) {
     if (*caps) return lca::app::cmd_caps(opt);
     if (*masks) return lca::app::cmd_masks(opt);
     if (*run_cell) return lca::app::cmd_run_cell(opt);
+    if (*kmodel) return lca::app::cmd_kernel_model(opt);
     if (*model) {
       opt.model_gpus_per_node_given = gpn->count() > 0;
       return lca::app::cmd_cp_model(opt);

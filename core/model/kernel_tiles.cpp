@@ -3,6 +3,8 @@
 // so that the model counts the tiles the kernel walks, partial ones at chunk boundaries included.
 #include "core/model/kernel_tiles.hpp"
 
+#include "core/mask/mask_source.hpp"
+
 #include "plugins/kernels/flex_flash/kernels.hpp"
 #include "plugins/kernels/flex_flash/schedule.hpp"
 
@@ -53,6 +55,16 @@ double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv
       return double(ff::simulated_forward_makespan(
           heads_together ? ff::split_schedule(s, parts, heads_q, slots) : ff::split_row_tiles(s, parts), heads_q, slots));
   return double(ff::simulated_forward_makespan(s, heads_q, slots));
+}
+
+double own_full_share(const lca_mask& mask, const lca_mask& full, bool backward, int heads_q, int heads_kv, int slots,
+                      int head_dim, int64_t l2_bytes) {
+  const double cells = double(mask_area(mask)), full_cells = double(mask_area(full));
+  if (cells <= 0 || full_cells <= 0) return 0.0;
+  const double units = tile_units(mask, backward, heads_q, heads_kv, slots, true, true, head_dim, l2_bytes);
+  const double full_units = tile_units(full, backward, heads_q, heads_kv, slots, true, true, head_dim, l2_bytes);
+  if (units <= 0 || full_units <= 0) return 0.0;
+  return cells / full_cells * (full_units / units);
 }
 
 }  // namespace lca::core::model

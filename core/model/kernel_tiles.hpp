@@ -34,4 +34,13 @@ TileCount count_tiles(const lca_mask& mask, bool backward);
 double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots,
                   bool heads_together = true, bool fwd_split = false, int head_dim = 128, int64_t l2_bytes = 0);
 
+// flex_flash's predicted share of its own full at the same length, heads, head dim and pass: the
+// mask's cells over full's (the FLOPs a TFLOP/s counts) times full's simulated time over the
+// mask's (tile_units with the plan's head order and forward split). It is the schedule's own
+// account of a cell: the tiles it computes, partial ones as whole, each row tile's fixed cost and
+// the dispatch of its blocks on the SMs; not the slower rate of partial tiles, L2 or the kernels'
+// differences. 0 where the mask has no cells. `full` must have the mask's lengths.
+double own_full_share(const lca_mask& mask, const lca_mask& full, bool backward, int heads_q, int heads_kv, int slots,
+                      int head_dim = 128, int64_t l2_bytes = 0);
+
 }  // namespace lca::core::model

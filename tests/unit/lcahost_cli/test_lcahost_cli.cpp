@@ -295,6 +295,75 @@ TEST_F(Cli, CpModelValidatesAStoredRunBothWays) {
   EXPECT_EQ(r.exit_code, 2) << describe(r);
 }
 
+// kernel-model, without a GPU: a matrix's cells as flex_flash's schedule predicts their share of
+// its own full (prefix_lm_causal's backward at 18599 tokens, 8:1, whose two pairs of prefix key
+// tiles end the grid: 0.61 measured on an H100, seed 1212's sweep), and a run's measured shares
+// beside the predicted ones.
+TEST_F(Cli, KernelModelPredictsSharesOfOwnFullAndSetsThemBesideARun) {
+  TempDir dir("lca_kernel_model");
+  const auto matrix = dir / "m.json";
+  {
+    std::ofstream f(matrix);
+    f << R"({"name": "km", "kernels": ["flex_flash"], "masks": ["full", "causal", "prefix_lm_causal:prefix=5767"],
+             "seqlens": {"cuda": [18599]}, "heads": ["8:1"], "head_dims": [64], "dtypes": ["bf16"],
+             "passes": ["fwd", "bwd"], "seed": 1212005})";
+  }
+  auto share = [](const std::string& out, const std::string& first, const std::string& pass) {
+    for (const auto& l : lines_of(out)) {
+      std::istringstream in(l);
+      std::string mask, heads, p;
+      long long seqlen = 0;
+      int dim = 0;
+      double value = -1;
+      if (in >> mask >> seqlen >> heads >> dim >> p >> value && mask == first && p == pass) return value;
+    }
+    return -1.0;
+  };
+  auto r = lcahost({"kernel-model", "--matrix", matrix.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_DOUBLE_EQ(share(r.out, "full", "fwd"), 1.0);
+  EXPECT_DOUBLE_EQ(share(r.out, "full", "bwd"), 1.0);
+  EXPECT_GT(share(r.out, "causal", "bwd"), 0.9);
+  const double prefix = share(r.out, "prefix_lm_causal:prefix=5767", "bwd");
+  EXPECT_GT(prefix, 0.5);
+  EXPECT_LT(prefix, 0.75);
+
+  // A run: its record's seed and GPU, flex_flash's full and causal, a cell of another row, and a
+  // causal whose recorded area is not the mask the provider makes (left out).
+  const auto results = dir / "r.jsonl";
+  {
+    std::ofstream f(results);
+    auto cell = [](const std::string& row, const std::string& mask, double tflops, int64_t area) {
+      return json{{"kernel", "flex_flash"}, {"label", row}, {"device", "cuda"}, {"mask", mask},
+                  {"mask_params", json::object()}, {"mask_label", mask}, {"seqlen", 18599}, {"heads_q", 8},
+                  {"heads_kv", 1}, {"head_dim", 64}, {"dtype", "bf16"}, {"pass", "bwd"}, {"status", "ok"},
+                  {"tflops", tflops}, {"area", area}};
+    };
+    const int64_t full_area = int64_t{18599} * 18599, causal_area = int64_t{18599} * 18600 / 2;
+    f << json{{"matrix", {{"seed", 1212005}}}, {"gpu", {{"sm_count", 132}, {"l2_bytes", 52428800}}}}.dump() << "\n";
+    f << cell("flex_flash", "full", 400, full_area).dump() << "\n";
+    f << cell("flex_flash", "causal", 200, causal_area).dump() << "\n";
+    f << cell("ff_other", "causal", 390, causal_area).dump() << "\n";
+    f << json{{"matrix", {{"seed", 7}}}}.dump() << "\n";
+    f << cell("flex_flash", "full", 400, full_area).dump() << "\n";
+    f << cell("flex_flash", "causal", 300, causal_area + 1).dump() << "\n";
+  }
+  r = lcahost({"kernel-model", "--validate", results.string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_HAS(r.out, "# summary bwd: 1 cells, 0 within 15%");
+  EXPECT_HAS(r.out, "measured 0.50 predicted");
+  EXPECT_HAS(r.out, "causal  18599 tokens  8:1 d64 bwd");
+  EXPECT_HAS(r.out, "# 1 cells left out: the mask provider draws their masks otherwise now");
+  // The other row's cells are read with --kernel; it has no full of its own there.
+  r = lcahost({"kernel-model", "--validate", results.string(), "--kernel", "ff_other"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_HAS(r.out, "# no ff_other cell beside its own full in these files");
+  EXPECT_HAS(r.out, "# 1 cells left out: no full of the same shape and pass in their run");
+  r = lcahost({"kernel-model"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_HAS(r.err, "kernel-model needs either --matrix M");
+}
+
 TEST_F(Cli, CpModelReadsTheProbesLoneSenderFigure) {
   // The stored off-NVLink probe of 4 H200s has a one_to_all pattern: the model takes it as the
   // lone sender's figure (bytes that leave the rank) beside the all-to-all's.

@@ -48,7 +48,10 @@ int predict_matrix(const Options& opt, const core::Registry& reg, core::MaskSour
   const int64_t l2 = opt.kmodel_l2_mib > 0 ? int64_t{opt.kmodel_l2_mib} << 20 : kH100L2;
   std::printf("# flex_flash's share of its own full as its schedule predicts it (%d SMs, L2 %lld MiB, seed %llu)\n",
               sms, static_cast<long long>(l2 >> 20), static_cast<unsigned long long>(spec.seed));
-  std::printf("%-44s %8s %6s %4s %4s %9s\n", "mask", "seqlen", "heads", "dim", "pass", "predicted");
+  std::printf("# fill: the mask's cells over the cells of the 128-row tiles computed, against full's (a limit of the\n"
+              "# tiling); predicted: the share of own full, fill times full's simulated time a tile over the mask's\n"
+              "# (row tiles' fixed costs, the blocks' dispatch on the SMs)\n");
+  std::printf("%-44s %8s %6s %4s %4s %6s %9s\n", "mask", "seqlen", "heads", "dim", "pass", "fill", "predicted");
   for (const auto& mask : specs)
     for (const int64_t seqlen : spec.seqlens_for("cuda"))
       for (const auto& h : spec.heads)
@@ -56,10 +59,15 @@ int predict_matrix(const Options& opt, const core::Registry& reg, core::MaskSour
           for (const auto& pass : spec.passes) {
             std::string label = mask.label();
             if (label.size() > 44) label = label.substr(0, 43) + "~";
-            const double share = predicted_share(masks, mask, seqlen, spec.seed, pass == "bwd", h.heads_q, h.heads_kv,
-                                                 d, sms, l2);
-            std::printf("%-44s %8lld %6s %4d %4s %9.2f\n", label.c_str(), static_cast<long long>(seqlen),
-                        h.label().c_str(), d, pass.c_str(), share);
+            const bool backward = pass == "bwd";
+            const double share = predicted_share(masks, mask, seqlen, spec.seed, backward, h.heads_q, h.heads_kv, d,
+                                                 sms, l2);
+            const auto m = masks.generate(mask, seqlen, spec.seed);
+            const auto full = masks.generate(core::MaskSpec{"full", nlohmann::json::object()}, seqlen, spec.seed);
+            const double fill =
+                core::model::tile_fill(m->mask(), backward) / core::model::tile_fill(full->mask(), backward);
+            std::printf("%-44s %8lld %6s %4d %4s %6.2f %9.2f\n", label.c_str(), static_cast<long long>(seqlen),
+                        h.label().c_str(), d, pass.c_str(), fill, share);
           }
   return 0;
 }

@@ -57,6 +57,11 @@ double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv
   return double(ff::simulated_forward_makespan(s, heads_q, slots));
 }
 
+double tile_fill(const lca_mask& mask, bool backward) {
+  const TileCount c = count_tiles(mask, backward);
+  return c.tiles > 0 ? double(mask_area(mask)) / (double(c.tiles) * kModelTileRows * ff::kTile) : 0.0;
+}
+
 double own_full_share(const lca_mask& mask, const lca_mask& full, bool backward, int heads_q, int heads_kv, int slots,
                       int head_dim, int64_t l2_bytes) {
   const double cells = double(mask_area(mask)), full_cells = double(mask_area(full));

@@ -34,6 +34,10 @@ TileCount count_tiles(const lca_mask& mask, bool backward);
 double tile_units(const lca_mask& mask, bool backward, int heads_q, int heads_kv, int slots,
                   bool heads_together = true, bool fwd_split = false, int head_dim = 128, int64_t l2_bytes = 0);
 
+// The mask's cells over the cells of the 128-row tiles the schedule computes (count_tiles: a
+// tile of 128 x 64 cells, partial ones whole); 0 for a mask with no cells.
+double tile_fill(const lca_mask& mask, bool backward);
+
 // flex_flash's predicted share of its own full at the same length, heads, head dim and pass: the
 // mask's cells over full's (the FLOPs a TFLOP/s counts) times full's simulated time over the
 // mask's (tile_units with the plan's head order and forward split). It is the schedule's own

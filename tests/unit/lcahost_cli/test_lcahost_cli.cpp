@@ -308,16 +308,21 @@ TEST_F(Cli, KernelModelPredictsSharesOfOwnFullAndSetsThemBesideARun) {
              "seqlens": {"cuda": [18599]}, "heads": ["8:1"], "head_dims": [64], "dtypes": ["bf16"],
              "passes": ["fwd", "bwd"], "seed": 1212005})";
   }
-  auto share = [](const std::string& out, const std::string& first, const std::string& pass) {
+  // (fill, predicted share) of a row.
+  auto row_of = [](const std::string& out, const std::string& first, const std::string& pass) {
     for (const auto& l : lines_of(out)) {
       std::istringstream in(l);
       std::string mask, heads, p;
       long long seqlen = 0;
       int dim = 0;
-      double value = -1;
-      if (in >> mask >> seqlen >> heads >> dim >> p >> value && mask == first && p == pass) return value;
+      double fill = -1, value = -1;
+      if (in >> mask >> seqlen >> heads >> dim >> p >> fill >> value && mask == first && p == pass)
+        return std::make_pair(fill, value);
     }
-    return -1.0;
+    return std::make_pair(-1.0, -1.0);
+  };
+  auto share = [&](const std::string& out, const std::string& first, const std::string& pass) {
+    return row_of(out, first, pass).second;
   };
   auto r = lcahost({"kernel-model", "--matrix", matrix.string()});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -327,6 +332,7 @@ TEST_F(Cli, KernelModelPredictsSharesOfOwnFullAndSetsThemBesideARun) {
   const double prefix = share(r.out, "prefix_lm_causal:prefix=5767", "bwd");
   EXPECT_GT(prefix, 0.5);
   EXPECT_LT(prefix, 0.75);
+  EXPECT_GT(row_of(r.out, "prefix_lm_causal:prefix=5767", "bwd").first, 0.95);  // its tiles are full: the schedule's
 
   // A run: its record's seed and GPU, flex_flash's full and causal, a cell of another row, and a
   // causal whose recorded area is not the mask the provider makes (left out).

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <tuple>
 
@@ -27,12 +28,9 @@ constexpr int64_t kH100L2 = int64_t{50} << 20;
 
 std::string heads_text(int64_t q, int64_t kv) { return std::to_string(q) + ":" + std::to_string(kv); }
 
-// The share of one cell: its mask and full's at its length, made by the loaded provider.
-double predicted_share(core::MaskSource& masks, const core::MaskSpec& mask, int64_t seqlen, uint64_t seed,
-                       bool backward, int hq, int hkv, int head_dim, int sms, int64_t l2) {
-  const auto m = masks.generate(mask, seqlen, seed);
-  const auto full = masks.generate(core::MaskSpec{"full", nlohmann::json::object()}, seqlen, seed);
-  return core::model::own_full_share(m->mask(), full->mask(), backward, hq, hkv, sms, head_dim, l2);
+// Full at a length, made by the loaded provider: the cell a share is of.
+std::shared_ptr<core::GeneratedMask> full_at(core::MaskSource& masks, int64_t seqlen, uint64_t seed) {
+  return masks.generate(core::MaskSpec{"full", nlohmann::json::object()}, seqlen, seed);
 }
 
 int predict_matrix(const Options& opt, const core::Registry& reg, core::MaskSource& masks) {
@@ -60,10 +58,10 @@ int predict_matrix(const Options& opt, const core::Registry& reg, core::MaskSour
             std::string label = mask.label();
             if (label.size() > 44) label = label.substr(0, 43) + "~";
             const bool backward = pass == "bwd";
-            const double share = predicted_share(masks, mask, seqlen, spec.seed, backward, h.heads_q, h.heads_kv, d,
-                                                 sms, l2);
             const auto m = masks.generate(mask, seqlen, spec.seed);
-            const auto full = masks.generate(core::MaskSpec{"full", nlohmann::json::object()}, seqlen, spec.seed);
+            const auto full = full_at(masks, seqlen, spec.seed);
+            const double share = core::model::own_full_share(m->mask(), full->mask(), backward, h.heads_q, h.heads_kv,
+                                                             sms, d, l2);
             const double fill =
                 core::model::tile_fill(m->mask(), backward) / core::model::tile_fill(full->mask(), backward);
             std::printf("%-44s %8lld %6s %4d %4s %6.2f %9.2f\n", label.c_str(), static_cast<long long>(seqlen),
@@ -148,8 +146,9 @@ int validate(const Options& opt, core::MaskSource& masks) {
       ++other_draw;  // the provider draws this mask otherwise now: not the cell that ran
       continue;
     }
-    const double predicted = predicted_share(masks, spec, seqlen, m.seed, pass == "bwd", static_cast<int>(hq),
-                                             static_cast<int>(hkv), static_cast<int>(d), m.sms, m.l2);
+    const double predicted =
+        core::model::own_full_share(g->mask(), full_at(masks, seqlen, m.seed)->mask(), pass == "bwd",
+                                    static_cast<int>(hq), static_cast<int>(hkv), m.sms, static_cast<int>(d), m.l2);
     if (predicted <= 0) continue;
     by_pass[pass].push_back({spec.label() + "  " + std::to_string(seqlen) + " tokens  " + heads_text(hq, hkv) + " d" +
                                  std::to_string(d) + " " + pass,
@@ -165,9 +164,8 @@ int validate(const Options& opt, core::MaskSource& masks) {
       err.push_back(std::fabs(std::log(ratio)));
       within += ratio >= 1.0 / 1.15 && ratio <= 1.15;
     }
-    std::vector<double> sorted = err;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+    std::sort(err.begin(), err.end());
+    const double median = err.empty() ? 0.0 : err[err.size() / 2];
     std::printf("# summary %s: %zu cells, %d within 15%%, median |error| %.1f%%\n", pass.c_str(), rows.size(), within,
                 100.0 * (std::exp(median) - 1.0));
     std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {

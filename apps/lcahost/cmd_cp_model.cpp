@@ -29,25 +29,6 @@ namespace {
 using core::model::Machine;
 using core::model::Prediction;
 
-std::vector<nlohmann::json> read_records(const std::string& path, const char* what) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error(std::string(what) + " " + path + ": cannot read the file");
-  std::vector<nlohmann::json> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(f, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      out.push_back(nlohmann::json::parse(line));
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(std::string(what) + " " + path + ": line " + std::to_string(n) +
-                               " is not JSON (a results file has one JSON object a line)");
-    }
-  }
-  return out;
-}
-
 // The (bytes a GPU sends to other ranks, ms) a pattern measured, its sizes scaled by `off_rank`
 // (the share of a rank's bytes that leaves it).
 std::vector<std::pair<double, double>> probe_points(const nlohmann::json& pattern, double off_rank) {
@@ -215,7 +196,7 @@ int cmd_cp_model(const Options& opt) {
     uint64_t seed = 42;
     int sms = 0;
     int64_t l2 = 0;
-    for (auto& r : read_records(file, "--rates")) {
+    for (auto& r : read_json_lines(file, "--rates")) {
       if (r.value("type", "") == "run") {
         seed = r.contains("matrix") ? r["matrix"].value("seed", uint64_t(42)) : 42;
         sms = r.contains("gpu") ? r["gpu"].value("sm_count", 0) : 0;
@@ -354,7 +335,7 @@ int cmd_cp_model(const Options& opt) {
   if (!opt.model_validate.empty()) {
     // Every measured multi-GPU cell at its own world size, mask, shape and pass, the local calls
     // timed both ways: by their FLOPs at the one-GPU rate (area) and by their tiles (tiles).
-    const auto records = read_records(opt.model_validate, "--validate");
+    const auto records = read_json_lines(opt.model_validate, "--validate");
     nlohmann::json run;
     struct Tally {
       int n = 0, within = 0;

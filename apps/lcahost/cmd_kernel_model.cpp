@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -28,10 +27,20 @@ constexpr int64_t kH100L2 = int64_t{50} << 20;
 
 std::string heads_text(int64_t q, int64_t kv) { return std::to_string(q) + ":" + std::to_string(kv); }
 
-// Full at a length, made by the loaded provider: the cell a share is of.
-std::shared_ptr<core::GeneratedMask> full_at(core::MaskSource& masks, int64_t seqlen, uint64_t seed) {
-  return masks.generate(core::MaskSpec{"full", nlohmann::json::object()}, seqlen, seed);
-}
+// Full at a length, made by the loaded provider (the cell a share is of), once a length and seed.
+class FullMasks {
+ public:
+  explicit FullMasks(core::MaskSource& masks) : masks_(masks) {}
+  const lca_mask& at(int64_t seqlen, uint64_t seed) {
+    auto& g = made_[{seqlen, seed}];
+    if (!g) g = masks_.generate(core::MaskSpec{"full", nlohmann::json::object()}, seqlen, seed);
+    return g->mask();
+  }
+
+ private:
+  core::MaskSource& masks_;
+  std::map<std::pair<int64_t, uint64_t>, std::shared_ptr<core::GeneratedMask>> made_;
+};
 
 int predict_matrix(const Options& opt, const core::Registry& reg, core::MaskSource& masks) {
   core::MatrixSpec spec = core::load_matrix_spec(opt.matrix, reg.dir());
@@ -50,23 +59,25 @@ int predict_matrix(const Options& opt, const core::Registry& reg, core::MaskSour
               "# tiling); predicted: the share of own full, fill times full's simulated time a tile over the mask's\n"
               "# (row tiles' fixed costs, the blocks' dispatch on the SMs)\n");
   std::printf("%-44s %8s %6s %4s %4s %6s %9s\n", "mask", "seqlen", "heads", "dim", "pass", "fill", "predicted");
-  for (const auto& mask : specs)
-    for (const int64_t seqlen : spec.seqlens_for("cuda"))
+  FullMasks fulls(masks);
+  for (const auto& mask : specs) {
+    std::string label = mask.label();
+    if (label.size() > 44) label = label.substr(0, 43) + "~";
+    for (const int64_t seqlen : spec.seqlens_for("cuda")) {
+      const auto m = masks.generate(mask, seqlen, spec.seed);
+      const lca_mask& full = fulls.at(seqlen, spec.seed);
       for (const auto& h : spec.heads)
         for (const int d : spec.head_dims)
           for (const auto& pass : spec.passes) {
-            std::string label = mask.label();
-            if (label.size() > 44) label = label.substr(0, 43) + "~";
             const bool backward = pass == "bwd";
-            const auto m = masks.generate(mask, seqlen, spec.seed);
-            const auto full = full_at(masks, seqlen, spec.seed);
-            const double share = core::model::own_full_share(m->mask(), full->mask(), backward, h.heads_q, h.heads_kv,
-                                                             sms, d, l2);
-            const double fill =
-                core::model::tile_fill(m->mask(), backward) / core::model::tile_fill(full->mask(), backward);
+            const double share =
+                core::model::own_full_share(m->mask(), full, backward, h.heads_q, h.heads_kv, sms, d, l2);
+            const double fill = core::model::tile_fill(m->mask(), backward) / core::model::tile_fill(full, backward);
             std::printf("%-44s %8lld %6s %4d %4s %6.2f %9.2f\n", label.c_str(), static_cast<long long>(seqlen),
                         h.label().c_str(), d, pass.c_str(), fill, share);
           }
+    }
+  }
   return 0;
 }
 
@@ -93,20 +104,7 @@ int validate(const Options& opt, core::MaskSource& masks) {
   std::map<ShapeKey, double> full_tflops;
   Measured context;
   for (const auto& path : opt.kmodel_validate) {
-    std::ifstream f(path);
-    if (!f) throw std::runtime_error("--validate " + path + ": cannot read the file");
-    std::string line;
-    int n = 0;
-    while (std::getline(f, line)) {
-      ++n;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json r;
-      try {
-        r = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception&) {
-        throw std::runtime_error("--validate " + path + ": line " + std::to_string(n) +
-                                 " is not JSON (a results file has one JSON object a line)");
-      }
+    for (auto& r : read_json_lines(path, "--validate")) {
       if (r.contains("matrix") && r["matrix"].is_object()) {
         ++context.run;
         context.seed = r["matrix"].value("seed", uint64_t{42});
@@ -130,6 +128,7 @@ int validate(const Options& opt, core::MaskSource& masks) {
   };
   std::map<std::string, std::vector<Row>> by_pass;
   int other_draw = 0, without_full = 0;
+  FullMasks fulls(masks);
   for (const auto& m : cells) {
     const auto& r = m.cell;
     const auto full = full_tflops.find(shape_of(m));
@@ -147,7 +146,7 @@ int validate(const Options& opt, core::MaskSource& masks) {
       continue;
     }
     const double predicted =
-        core::model::own_full_share(g->mask(), full_at(masks, seqlen, m.seed)->mask(), pass == "bwd",
+        core::model::own_full_share(g->mask(), fulls.at(seqlen, m.seed), pass == "bwd",
                                     static_cast<int>(hq), static_cast<int>(hkv), m.sms, static_cast<int>(d), m.l2);
     if (predicted <= 0) continue;
     by_pass[pass].push_back({spec.label() + "  " + std::to_string(seqlen) + " tokens  " + heads_text(hq, hkv) + " d" +

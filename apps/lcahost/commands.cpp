@@ -18,6 +18,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <charconv>
 #include <iostream>
 #include <sstream>
@@ -80,6 +81,25 @@ void configure_logging(const Options& opt) {
   if (opt.verbose >= 2) level = spdlog::level::trace;
   if (opt.quiet) level = spdlog::level::warn;
   spdlog::set_level(level);
+}
+
+std::vector<nlohmann::json> read_json_lines(const std::string& path, const std::string& option) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(option + " " + path + ": cannot read the file");
+  std::vector<nlohmann::json> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      out.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception&) {
+      throw std::runtime_error(option + " " + path + ": line " + std::to_string(n) +
+                               " is not JSON (a results file has one JSON object a line)");
+    }
+  }
+  return out;
 }
 
 std::string plugin_dir(const Options& opt) {

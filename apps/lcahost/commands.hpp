@@ -6,6 +6,7 @@
 #include "core/matrix/spec.hpp"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <string>
@@ -108,6 +109,10 @@ std::string plugin_dir(const Options& opt);
 // The command line's changes to a loaded matrix that every run takes (--masks, --no-check,
 // --warmup, --repeats); --kernels is the plain run's own.
 void apply_run_options(const Options& opt, core::MatrixSpec& spec);
+// The records of a results file (one JSON object a line; blank lines skipped), for the model
+// commands that read runs (cp-model --rates / --validate, kernel-model --validate). `option` names
+// the option that gave the path in the messages: a file that cannot be read, a line that is not JSON.
+std::vector<nlohmann::json> read_json_lines(const std::string& path, const std::string& option);
 // --out, --resume and --retry-errors together, as every run takes them: one file, and
 // --retry-errors only with --resume. Throws std::runtime_error naming the options.
 void check_results_file_options(const Options& opt);

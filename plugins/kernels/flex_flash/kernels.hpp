@@ -278,9 +278,9 @@ inline bool wg3_window_grid_keeps_gain(const TileSchedule& rows192, int32_t head
 // causal at 4919-22301 tokens, which compute the same cells on both within 1-2%; the range was
 // 0.99-1.32). Where they add more cells than that, 128-row tiles are predicted sooner. Over 614
 // drawn cells at head dim 64 where the 128-key kernel runs (the sweeps of seeds 7, 91, 1207, 1212,
-// 1313, 8080, 8101-8108 and 9191, and 600 more of seed 5151), block_sparse with 128-token blocks computes 1.20-1.87x the cells on 192-row tiles
-// (more the fewer blocks are kept), causal_blockwise at most 1.135x, every other mask at most 1.08x.
-// Not yet timed on a GPU against the 192-row tiles.
+// 1313, 8080, 8101-8108 and 9191, and 600 more of seed 5151), block_sparse with 128-token blocks
+// computes 1.20-1.87x the cells on 192-row tiles (more the fewer blocks are kept), causal_blockwise
+// at most 1.135x, every other mask at most 1.08x. Not yet timed on a GPU against the 192-row tiles.
 constexpr double kWg3CellsLimit = 1.11;
 inline double schedule_cells(const TileSchedule& s) {
   return double(s.full_tiles + s.partial_tiles) * s.tile_rows * kTile;

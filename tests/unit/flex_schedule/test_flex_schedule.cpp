@@ -600,8 +600,8 @@ TEST(FlexSchedule, ThreeConsumerTilesAtHeadDim64OnEveryGrid) {
 // But at head dim 64 the 192-row tiles are not taken where they compute over kWg3CellsLimit times
 // the 128-row tiles' cells: block_sparse with 128-token blocks (seed 1212's sweep cells, 0.45 and
 // 0.54 of own full on them: 1.81x and 1.61x the cells), and with 70% of them kept at another
-// length and seed; its 64-token blocks run the pair kernel anyway. Full, causal and documents of thousands of tokens add at most a
-// few percent and keep them.
+// length and seed; its 64-token blocks run the pair kernel anyway. Full, causal and documents of
+// thousands of tokens add at most a few percent and keep them.
 TEST(FlexSchedule, ThreeConsumerTilesAtHeadDim64OnlyWhereTheyAddFewCells) {
   using lca_flex_flash::schedule_cells;
   using lca_flex_flash::wg3_grid_keeps_gain;
